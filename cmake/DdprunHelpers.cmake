@@ -1,0 +1,48 @@
+# Shared CMake helpers: warnings, unit tests and Python integration tests.
+
+# Python interpreters the tests drive (overridable on the cmake command line).
+set(DDPRUN_TORCH1_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python with Debian's torch 1.13")
+set(DDPRUN_TORCH2_VENV "$ENV{HOME}/.cache/ddprun/torch2-venv" CACHE PATH "virtualenv with torch 2.x")
+set(DDPRUN_TORCH2_PYTHON "${DDPRUN_TORCH2_VENV}/bin/python" CACHE FILEPATH "Python with torch 2.x")
+# Where ddprun/ddpstore live; the second (SDK-only) build points this at the main build's bin/.
+set(DDPRUN_LAUNCHER_BIN_DIR "${CMAKE_BINARY_DIR}/bin" CACHE PATH "Directory holding ddprun and ddpstore")
+
+function(ddprun_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+endfunction()
+
+# ddprun_add_gtest(NAME SOURCES a_test.cpp ... LIBS lib ... [LABELS l ...])
+function(ddprun_add_gtest name)
+  if(NOT DDPRUN_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main GTest::gmock)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  ddprun_warnings(${name})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300)
+endfunction()
+
+# ddprun_add_pytest(NAME tests/foo/test_bar.py [LABELS l ...] [TIMEOUT s])
+# Runs one pytest file with Debian's /usr/bin/python3; the environment tells the test where
+# the build's binaries and the two Python generations are (see tests/conftest.py).
+function(ddprun_add_pytest name file)
+  if(NOT DDPRUN_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name}
+    COMMAND ${DDPRUN_TORCH1_PYTHON} -m pytest -q -p no:cacheprovider -x
+            ${PROJECT_SOURCE_DIR}/${file}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES
+    LABELS "integration;${ARG_LABELS}"
+    TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "DDPRUN_BIN_DIR=${DDPRUN_LAUNCHER_BIN_DIR};DDPRUN_SDK_BIN_DIR=${CMAKE_BINARY_DIR}/bin;DDPRUN_BUILD_DIR=${CMAKE_BINARY_DIR};DDPRUN_SOURCE_DIR=${PROJECT_SOURCE_DIR};DDPRUN_TORCH1_PYTHON=${DDPRUN_TORCH1_PYTHON};DDPRUN_TORCH2_PYTHON=${DDPRUN_TORCH2_PYTHON};PYTHONDONTWRITEBYTECODE=1")
+endfunction()
