@@ -1,0 +1,207 @@
+#include "agent/failure.hpp"
+
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace ddprun::agent {
+namespace {
+
+constexpr std::string_view kNotAvailable = "<N/A>";
+
+std::optional<int64_t> to_seconds(const nlohmann::json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    int64_t out = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec == std::errc() && p != s.data()) return out;
+  }
+  return std::nullopt;
+}
+
+std::string format_time(int64_t seconds) {
+  time_t t = static_cast<time_t>(seconds);
+  struct tm tm {};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  ::strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm);
+  return buf;
+}
+
+// Indents continuation lines like torchrun does for tracebacks.
+std::string indent(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<ErrorFileData> read_error_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ErrorFileData data;
+  auto json = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object() || !json.contains("message")) {
+    data.message = "unreadable error file " + path;
+    data.traceback = data.message;
+    return data;
+  }
+  const auto& message = json["message"];
+  if (message.is_string()) {
+    data.message = message.get<std::string>();
+    data.traceback = data.message;
+    if (json.contains("timestamp")) data.timestamp = to_seconds(json["timestamp"]);
+  } else if (message.is_object()) {
+    if (message.contains("message") && message["message"].is_string()) {
+      data.message = message["message"].get<std::string>();
+    } else {
+      data.message = std::string(kNotAvailable);
+    }
+    data.traceback = data.message;
+    if (message.contains("extraInfo") && message["extraInfo"].is_object()) {
+      const auto& extra = message["extraInfo"];
+      if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
+        data.traceback = extra["py_callstack"].get<std::string>();
+      }
+      if (extra.contains("timestamp")) data.timestamp = to_seconds(extra["timestamp"]);
+    }
+  } else {
+    data.message = message.dump();
+    data.traceback = data.message;
+  }
+  // The one-line form: the last non-empty line of a multi-line message.
+  if (auto nl = data.message.find('\n'); nl != std::string::npos) {
+    std::string m = data.message;
+    while (!m.empty() && m.back() == '\n') m.pop_back();
+    data.message = m.substr(m.rfind('\n') + 1);
+  }
+  return data;
+}
+
+std::string signal_name(int signo) {
+  const char* abbrev = ::sigabbrev_np(signo);
+  if (abbrev) return std::string("SIG") + abbrev;
+  return "SIGNAL " + std::to_string(signo);
+}
+
+std::optional<int> signal_number(std::string_view name) {
+  int n = 0;
+  auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), n);
+  if (ec == std::errc() && p == name.data() + name.size()) {
+    if (n > 0 && n < NSIG) return n;
+    return std::nullopt;
+  }
+  if (name.starts_with("SIG")) name.remove_prefix(3);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    if (abbrev && name == abbrev) return sig;
+  }
+  return std::nullopt;
+}
+
+ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, int exitcode,
+                            const std::string& error_file_path, int64_t observed_at,
+                            uint64_t sequence) {
+  ProcessFailure f;
+  f.local_rank = local_rank;
+  f.global_rank = global_rank;
+  f.pid = pid;
+  f.exitcode = exitcode;
+  f.sequence = sequence;
+  f.timestamp = observed_at;
+  auto data = error_file_path.empty() ? std::nullopt : read_error_file(error_file_path);
+  if (data) {
+    f.error_file = error_file_path;
+    f.message = data->message;
+    f.traceback = data->traceback;
+    if (data->timestamp) f.timestamp = *data->timestamp;
+  } else {
+    f.error_file = std::string(kNotAvailable);
+    if (exitcode < 0) {
+      f.message = "Signal " + std::to_string(-exitcode) + " (" + signal_name(-exitcode) +
+                  ") received by PID " + std::to_string(pid);
+    } else {
+      f.message = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+    }
+    f.traceback = f.message;
+  }
+  return f;
+}
+
+const ProcessFailure& root_cause(const std::vector<ProcessFailure>& failures) {
+  return *std::min_element(failures.begin(), failures.end(), [](const auto& a, const auto& b) {
+    if (a.timestamp != b.timestamp) return a.timestamp < b.timestamp;
+    return a.sequence < b.sequence;
+  });
+}
+
+int exit_code_for(const ProcessFailure& failure) {
+  if (failure.exitcode < 0) return 128 + (-failure.exitcode);
+  return failure.exitcode;
+}
+
+std::string format_failure_summary(std::string_view title_name,
+                                   const std::vector<ProcessFailure>& failures,
+                                   std::string_view host) {
+  const ProcessFailure& root = root_cause(failures);
+  std::vector<const ProcessFailure*> ordered;
+  for (const auto& f : failures) ordered.push_back(&f);
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](auto* a, auto* b) { return a->global_rank < b->global_rank; });
+
+  std::string title = std::string(title_name) + " FAILED";
+  size_t width = title.size();
+  std::string root_text;
+  std::vector<std::string> others;
+  int idx = 0;
+  for (const ProcessFailure* f : ordered) {
+    std::string text = "[" + std::to_string(idx++) + "]:\n";
+    text += "  time      : " + format_time(f->timestamp) + "\n";
+    text += "  host      : " + std::string(host) + "\n";
+    text += "  rank      : " + std::to_string(f->global_rank) +
+            " (local_rank: " + std::to_string(f->local_rank) + ")\n";
+    text +=
+        "  exitcode  : " + std::to_string(f->exitcode) + " (pid: " + std::to_string(f->pid) + ")\n";
+    text += "  error_file: " + f->error_file + "\n";
+    text += "  traceback : " + indent(f->traceback);
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      width = std::max(width, end - start);
+      start = end + 1;
+    }
+    if (f == &root) {
+      root_text = std::move(text);
+    } else {
+      others.push_back(std::move(text));
+    }
+  }
+  width = std::min<size_t>(width, 60);
+  std::string border(width, '=');
+  std::string section(width, '-');
+  std::string out = border + "\n" + title + "\n" + section + "\nFailures:\n";
+  if (others.empty()) {
+    out += "  <NO_OTHER_FAILURES>\n";
+  } else {
+    for (const auto& o : others) out += o + "\n";
+  }
+  out += section + "\nRoot Cause (first observed failure):\n" + root_text + "\n" + border + "\n";
+  return out;
+}
+
+}  // namespace ddprun::agent

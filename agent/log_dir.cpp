@@ -1,0 +1,94 @@
+#include "agent/log_dir.hpp"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+namespace ddprun::agent {
+namespace {
+
+void random_bytes(unsigned char* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+    got += static_cast<size_t>(r);
+  }
+}
+
+void make_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw std::system_error(errno, std::generic_category(), "cannot create " + path);
+  }
+}
+
+}  // namespace
+
+std::string random_suffix() {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
+  unsigned char bytes[8];
+  random_bytes(bytes, sizeof(bytes));
+  std::string out;
+  for (unsigned char b : bytes) out += kChars[b % (sizeof(kChars) - 1)];
+  return out;
+}
+
+std::string random_uuid() {
+  unsigned char b[16];
+  random_bytes(b, sizeof(b));
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[b[i] >> 4];
+    out += kHex[b[i] & 15];
+  }
+  return out;
+}
+
+RunLogDir::RunLogDir(const std::string& base, const std::string& run_id) {
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun_XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "cannot create " + templ);
+    }
+    base_ = templ;
+    temporary_ = true;
+  } else {
+    base_ = base;
+    std::error_code ec;
+    std::filesystem::create_directories(base_, ec);
+    if (ec) throw std::system_error(ec, "cannot create " + base_);
+  }
+  for (int tries = 0;; ++tries) {
+    path_ = base_ + "/" + run_id + "_" + random_suffix();
+    if (::mkdir(path_.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || tries > 100) {
+      throw std::system_error(errno, std::generic_category(), "cannot create " + path_);
+    }
+  }
+}
+
+std::string RunLogDir::make_attempt(int restart_count, int local_world_size) const {
+  std::string attempt = path_ + "/attempt_" + std::to_string(restart_count);
+  make_dir(attempt);
+  for (int r = 0; r < local_world_size; ++r) make_dir(attempt + "/" + std::to_string(r));
+  return attempt;
+}
+
+void RunLogDir::remove_temporary() {
+  if (!temporary_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(base_, ec);
+  temporary_ = false;
+}
+
+}  // namespace ddprun::agent

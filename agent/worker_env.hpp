@@ -1,0 +1,32 @@
+// The environment of one worker, exactly as torchrun builds it (see the contract, section 2):
+// the launcher's environment plus LOCAL_RANK, RANK, GROUP_RANK, ROLE_RANK, ROLE_NAME,
+// LOCAL_WORLD_SIZE, WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE,
+// SIGNALS_TO_HANDLE}, TORCH_NCCL_ASYNC_ERROR_HANDLING (torch 2.x) and
+// NCCL_ASYNC_ERROR_HANDLING (torch 1.13) — the parent's value, else 1 — and, with
+// --virtual-local-rank, LOCAL_RANK=0 and one device in CUDA_VISIBLE_DEVICES.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/worker_group.hpp"
+
+namespace ddprun::agent {
+
+// "NAME=value" strings, ready for execve.
+std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker& worker,
+                                          const std::string& error_file);
+
+// The value of NAME in a "NAME=value" list.
+std::optional<std::string_view> find_env(const std::vector<std::string>& env,
+                                         std::string_view name);
+
+// The device list a worker sees with --virtual-local-rank: entry `local_rank` of the parent's
+// CUDA_VISIBLE_DEVICES (or HIP_VISIBLE_DEVICES), else the local rank itself. nullopt if the
+// parent's list is too short.
+std::optional<std::string> virtual_device(const std::vector<std::string>& env, int local_rank);
+
+}  // namespace ddprun::agent

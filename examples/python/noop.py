@@ -1,0 +1,1 @@
+"""Does nothing: the benchmark's no-op worker (measures the launcher, not import torch)."""

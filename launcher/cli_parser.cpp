@@ -1,0 +1,295 @@
+#include "launcher/cli_parser.hpp"
+
+#include <signal.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <map>
+
+#include "agent/failure.hpp"
+#include "launcher/flags.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+// Where a flag's value came from, for error messages.
+struct RawValue {
+  std::string value;
+  std::string source;  // "--nnodes" or "PET_NNODES"
+};
+
+[[noreturn]] void fail(const RawValue& v, const std::string& what) {
+  throw CliError(v.source + "=" + v.value + ": " + what);
+}
+
+int to_int(const RawValue& v, long long min, long long max, const std::string& what) {
+  auto n = parse_int(v.value);
+  if (!n) fail(v, "not an integer");
+  if (*n < min || *n > max) fail(v, what);
+  return static_cast<int>(*n);
+}
+
+bool pet_bool(const std::string& name, const std::string& value) {
+  auto n = parse_int(value);
+  if (!n) throw CliError(name + "=" + value + ": must be an integer (0 or 1)");
+  return *n != 0;
+}
+
+// torchrun's comma_separated_list: ",," escapes a comma.
+std::vector<std::string> comma_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',' && i + 1 < text.size() && text[i + 1] == ',') {
+      cur += ',';
+      ++i;
+    } else if (text[i] == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += text[i];
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+  const std::string& s = v.value;
+  if (name == "nnodes") {
+    auto parts = split(s, ':');
+    if (parts.size() > 2) fail(v, "expected N or MIN:MAX");
+    auto lo = parse_int(parts[0]);
+    auto hi = parts.size() == 2 ? parse_int(parts[1]) : lo;
+    if (!lo || !hi) fail(v, "expected N or MIN:MAX with integers");
+    if (*lo < 1) fail(v, "the number of nodes must be at least 1");
+    if (*lo > *hi) fail(v, "MIN must not exceed MAX");
+    if (*hi > 1000000) fail(v, "too many nodes");
+    c.min_nodes = static_cast<int>(*lo);
+    c.max_nodes = static_cast<int>(*hi);
+  } else if (name == "nproc_per_node") {
+    if (s != "cpu" && s != "gpu" && s != "auto" && s != "xpu") {
+      auto n = parse_int(s);
+      if (!n) fail(v, "expected a number of workers, cpu, gpu or auto");
+      if (*n < 1 || *n > 65536) fail(v, "the number of workers must be between 1 and 65536");
+    }
+    c.nproc_per_node = s;
+  } else if (name == "node_rank") {
+    c.node_rank = to_int(v, 0, 1000000, "must be 0 or more");
+  } else if (name == "rdzv_backend") {
+    if (s != "static" && s != "c10d" && s != "etcd" && s != "etcd-v2") {
+      fail(v, "unknown rendezvous backend (static, c10d, etcd, etcd-v2)");
+    }
+    c.rdzv_backend = s;
+  } else if (name == "rdzv_endpoint") {
+    c.rdzv_endpoint = s;
+  } else if (name == "rdzv_id") {
+    c.rdzv_id = s;
+  } else if (name == "rdzv_conf") {
+    c.rdzv_conf.clear();
+    if (!s.empty()) {
+      for (const auto& item : split(s, ',')) {
+        size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) fail(v, "expected KEY=VALUE,KEY=VALUE");
+        c.rdzv_conf[item.substr(0, eq)] = item.substr(eq + 1);
+      }
+    }
+  } else if (name == "master_addr") {
+    if (s.empty()) fail(v, "must not be empty");
+    c.master_addr = s;
+  } else if (name == "master_port") {
+    c.master_port = to_int(v, 0, 65535, "a port is a number from 0 to 65535");
+  } else if (name == "local_addr") {
+    c.local_addr = s;
+  } else if (name == "max_restarts") {
+    c.max_restarts = to_int(v, 0, 1000000000, "must be 0 or more");
+  } else if (name == "monitor_interval") {
+    char* end = nullptr;
+    double d = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !(d >= 0)) fail(v, "expected a number of seconds");
+    c.monitor_interval = d;
+  } else if (name == "start_method") {
+    if (s != "spawn" && s != "fork" && s != "forkserver") {
+      fail(v, "expected spawn, fork or forkserver");
+    }
+    c.start_method = s;
+  } else if (name == "event_log_handler") {
+    c.event_log_handler = s;
+  } else if (name == "role") {
+    if (s.empty()) fail(v, "must not be empty");
+    c.role = s;
+  } else if (name == "signals_to_handle") {
+    c.signals.clear();
+    for (const auto& item : split(s, ',')) {
+      std::string sig = item;
+      while (!sig.empty() && sig.front() == ' ') sig.erase(0, 1);
+      while (!sig.empty() && sig.back() == ' ') sig.pop_back();
+      auto n = sig.starts_with("SIG") ? agent::signal_number(sig) : std::nullopt;
+      if (!n) fail(v, "'" + sig + "' is not a signal name like SIGTERM");
+      if (*n == SIGKILL || *n == SIGSTOP) fail(v, sig + " cannot be handled");
+      c.signals.push_back(*n);
+    }
+    c.signals_to_handle = s;
+  } else if (name == "shutdown_timeout") {
+    c.shutdown_timeout = to_int(v, 0, 1000000000, "must be 0 or more seconds");
+  } else if (name == "log_dir") {
+    c.log_dir = s;
+  } else if (name == "redirects" || name == "tee") {
+    auto spec = agent::StdSpec::parse(s);
+    if (!spec) fail(v, "expected 0, 1, 2, 3 or a per-rank map like 0:1,1:2");
+    (name == "tee" ? c.tee : c.redirects) = *spec;
+  } else if (name == "log_line_prefix_template") {
+    c.log_line_prefix_template = s;
+  } else if (name == "local_ranks_filter") {
+    if (s.empty()) {
+      c.local_ranks_filter.reset();
+    } else {
+      std::set<int> ranks;
+      for (const auto& item : split(s, ',')) {
+        auto n = parse_int(item);
+        if (!n || *n < 0) fail(v, "expected a comma-separated list of local ranks, e.g. 0,1");
+        ranks.insert(static_cast<int>(*n));
+      }
+      c.local_ranks_filter = std::move(ranks);
+    }
+  } else if (name == "duplicate_stdout_filters" || name == "duplicate_stderr_filters") {
+    std::vector<std::string> filters;
+    if (!s.empty()) {
+      for (auto& f : comma_list(s)) {
+        if (!f.empty()) filters.push_back(std::move(f));
+      }
+    }
+    (name == "duplicate_stdout_filters" ? c.duplicate_stdout_filters : c.duplicate_stderr_filters) =
+        std::move(filters);
+  } else if (name == "logs_specs") {
+    c.logs_specs = s;
+  } else if (name == "numa_binding") {
+    c.numa_binding = s;
+  }
+}
+
+void apply_switch(LaunchConfig& c, const std::string& name, bool on) {
+  if (name == "help")
+    c.help = on;
+  else if (name == "version")
+    c.version = on;
+  else if (name == "standalone")
+    c.standalone = on;
+  else if (name == "virtual_local_rank")
+    c.virtual_local_rank = on;
+  else if (name == "module")
+    c.module = on;
+  else if (name == "no_python")
+    c.no_python = on;
+  else if (name == "run_path")
+    c.run_path = on;
+}
+
+}  // namespace
+
+std::optional<long long> parse_int(std::string_view text) {
+  long long v = 0;
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  while (true) {
+    size_t pos = text.find(sep);
+    out.emplace_back(text.substr(0, pos));
+    if (pos == std::string_view::npos) break;
+    text.remove_prefix(pos + 1);
+  }
+  return out;
+}
+
+LaunchConfig parse_command_line(const std::vector<std::string>& args, const GetEnv& getenv) {
+  LaunchConfig c;
+  std::map<std::string, RawValue> values;  // canonical name -> last value given
+  std::map<std::string, bool> switches;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.size() < 2 || a[0] != '-') break;  // the entrypoint
+    const Flag* flag = nullptr;
+    std::optional<std::string> inline_value;
+    std::string spelled;
+    if (a[1] == '-') {
+      size_t eq = a.find('=');
+      spelled = a.substr(0, eq);
+      if (eq != std::string::npos) inline_value = a.substr(eq + 1);
+      bool ambiguous = false;
+      flag = find_long_flag(std::string_view(spelled).substr(2), ambiguous);
+      if (!flag) {
+        throw CliError(ambiguous ? "ambiguous option " + spelled + " (say which one)"
+                                 : "unrecognized option " + spelled);
+      }
+    } else {
+      flag = find_short_flag(a[1]);
+      spelled = a.substr(0, 2);
+      if (!flag) throw CliError("unrecognized option " + a);
+      if (a.size() > 2) {
+        if (!flag->takes_value) throw CliError("unrecognized option " + a);
+        inline_value = a.substr(a[2] == '=' ? 3 : 2);
+      }
+    }
+    const std::string name(flag->name);
+    if (!flag->takes_value) {
+      if (inline_value) throw CliError(spelled + " takes no value");
+      switches[name] = true;
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) throw CliError(spelled + " needs a value");
+      inline_value = args[++i];
+    }
+    values[name] = RawValue{*inline_value, spelled};
+  }
+  if (i < args.size()) {
+    c.entrypoint = args[i];
+    c.entrypoint_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  }
+
+  // PET_<FLAG> for everything not given on the command line.
+  for (const Flag& f : flag_table()) {
+    const std::string name(f.name);
+    if (name == "help" || name == "version") continue;
+    if (values.count(name) || switches.count(name)) continue;
+    const std::string var = pet_variable(name);
+    auto env = getenv(var);
+    if (!env || env->empty()) continue;
+    if (f.takes_value) {
+      values[name] = RawValue{*env, var};
+    } else {
+      switches[name] = pet_bool(var, *env);
+    }
+  }
+
+  for (const auto& [name, on] : switches) {
+    apply_switch(c, name, on);
+    if (on) c.given.insert(name);
+  }
+  if (c.help || c.version) return c;
+  for (const auto& [name, v] : values) {
+    apply_value(c, name, v);
+    c.given.insert(name);
+  }
+  if (c.signals.empty()) apply_value(c, "signals_to_handle", RawValue{c.signals_to_handle, ""});
+  if (c.module && c.no_python) {
+    throw CliError("-m/--module and --no-python cannot be used together");
+  }
+  if (c.entrypoint.empty()) {
+    throw CliError("missing the entrypoint: a script.py, a -m module or a program to run");
+  }
+  return c;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,128 @@
+#include "launcher/flags.hpp"
+
+#include <cctype>
+
+namespace ddprun::launcher {
+
+const std::vector<Flag>& flag_table() {
+  static const std::vector<Flag> table = {
+      {"help", 'h', false, "", "show this help and exit", "general"},
+      {"version", 0, false, "", "print ddprun's version and exit", "general"},
+      {"nnodes", 0, true, "N|MIN:MAX",
+       "nodes in the job, or an elastic range (default 1:1; more than 1: multi-node)", "nodes"},
+      {"nproc_per_node", 0, true, "N|cpu|gpu|auto",
+       "workers on this node: a number, cpu (cores), gpu (CUDA devices), auto (default 1)",
+       "nodes"},
+      {"node_rank", 0, true, "N", "this node's rank for the static backend (default 0)", "nodes"},
+      {"rdzv_backend", 0, true, "NAME", "rendezvous backend: static (default), c10d, etcd, etcd-v2",
+       "rendezvous"},
+      {"rdzv_endpoint", 0, true, "HOST[:PORT]", "rendezvous endpoint (c10d default port 29400)",
+       "rendezvous"},
+      {"rdzv_id", 0, true, "ID", "job id shared by the nodes of one job (default none)",
+       "rendezvous"},
+      {"rdzv_conf", 0, true, "K=V,...",
+       "extra rendezvous settings, e.g. join_timeout=600,read_timeout=60", "rendezvous"},
+      {"standalone", 0, false, "",
+       "one node, a store on a free loopback port and a fresh run id (overrides the rdzv flags)",
+       "rendezvous"},
+      {"master_addr", 0, true, "HOST",
+       "static backend: the store's host, given to workers as MASTER_ADDR (default 127.0.0.1)",
+       "rendezvous"},
+      {"master_port", 0, true, "PORT",
+       "static backend: the store's port (default: a free port on one node, 29500 otherwise)",
+       "rendezvous"},
+      {"local_addr", 0, true, "HOST", "this node's address as the other nodes reach it",
+       "rendezvous"},
+      {"max_restarts", 0, true, "N", "restarts of the worker group before failing (default 0)",
+       "workers"},
+      {"monitor_interval", 0, true, "SECONDS",
+       "accepted for compatibility; ddprun notices exits at once, it never polls", "workers"},
+      {"start_method", 0, true, "spawn|fork|forkserver",
+       "accepted for compatibility; programs are always fork+exec'd", "workers"},
+      {"event_log_handler", 0, true, "NAME", "accepted for compatibility (only null)", "workers"},
+      {"role", 0, true, "NAME", "worker role: ROLE_NAME and the log prefix (default default)",
+       "workers"},
+      {"signals_to_handle", 0, true, "SIG,...",
+       "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)", "workers"},
+      {"shutdown_timeout", 0, true, "SECONDS",
+       "grace between the forwarded signal and SIGKILL (default 30)", "workers"},
+      {"virtual_local_rank", 0, false, "",
+       "every worker gets LOCAL_RANK=0 and only its own device in CUDA_VISIBLE_DEVICES", "workers"},
+      {"module", 'm', false, "", "run the entrypoint as a Python module (python -u -m MODULE)",
+       "entrypoint"},
+      {"no_python", 0, false, "", "exec the entrypoint directly instead of through Python",
+       "entrypoint"},
+      {"run_path", 0, false, "", "torchrun's in-interpreter mode; not available in ddprun",
+       "entrypoint"},
+      {"log_dir", 0, true, "DIR", "base directory for the logs (default: a temporary directory)",
+       "logs"},
+      {"redirects", 'r', true, "0-3|R:V,...",
+       "send streams to log files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:1,1:2",
+       "logs"},
+      {"tee", 't', true, "0-3|R:V,...",
+       "like --redirects, and also to the console with a [role N]: prefix", "logs"},
+      {"log_line_prefix_template", 0, true, "TEMPLATE",
+       "console prefix of tee'd lines; ${role_name} ${local_rank} ${rank} ${hostname}", "logs"},
+      {"local_ranks_filter", 0, true, "R,...", "only these local ranks' output reaches the console",
+       "logs"},
+      {"duplicate_stdout_filters", 0, true, "S,...",
+       "tee'd stdout lines containing one of these go to filtered_stdout.log too", "logs"},
+      {"duplicate_stderr_filters", 0, true, "S,...",
+       "tee'd stderr lines containing one of these go to filtered_stderr.log too", "logs"},
+      {"logs_specs", 0, true, "NAME", "torchrun's Python plugin hook; not available in ddprun",
+       "logs"},
+      {"numa_binding", 0, true, "MODE", "torchrun's NUMA binding; not available yet in ddprun",
+       "workers"},
+  };
+  return table;
+}
+
+namespace {
+
+std::string normalize(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c == '-') c = '_';
+  }
+  return out;
+}
+
+}  // namespace
+
+const Flag* find_long_flag(std::string_view spelling, bool& ambiguous) {
+  ambiguous = false;
+  const std::string key = normalize(spelling);
+  const Flag* prefix_match = nullptr;
+  int prefix_matches = 0;
+  for (const Flag& f : flag_table()) {
+    if (f.name == key) return &f;
+    if (!key.empty() && f.name.starts_with(key)) {
+      prefix_match = &f;
+      ++prefix_matches;
+    }
+  }
+  if (prefix_matches == 1) return prefix_match;
+  ambiguous = prefix_matches > 1;
+  return nullptr;
+}
+
+const Flag* find_short_flag(char c) {
+  for (const Flag& f : flag_table()) {
+    if (f.short_name == c) return &f;
+  }
+  return nullptr;
+}
+
+std::string pet_variable(std::string_view name) {
+  std::string out = "PET_";
+  for (char c : name) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string dashed(std::string_view name) {
+  std::string out = "--";
+  for (char c : name) out += c == '_' ? '-' : c;
+  return out;
+}
+
+}  // namespace ddprun::launcher

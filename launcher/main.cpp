@@ -1,0 +1,88 @@
+// ddprun: the launcher and the single-node agent in one process, like torchrun.
+//
+// Order matters: parse and validate everything first (bad input exits 2 having started
+// nothing), then fork the orphan guardian while the process is still single-threaded, then
+// hand the job to the agent.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdlib>
+
+#include "agent/agent.hpp"
+#include "agent/guardian.hpp"
+#include "agent/local_rendezvous.hpp"
+#include "agent/log.hpp"
+#include "agent/unique_fd.hpp"
+#include "launcher/cli_parser.hpp"
+#include "launcher/launch_plan.hpp"
+#include "launcher/usage.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace ddprun;
+
+// A closed stdin/stdout/stderr would make the next pipe or file take its number.
+void ensure_standard_fds() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) {
+      int null_fd = ::open("/dev/null", O_RDWR);
+      if (null_fd >= 0 && null_fd != fd) {
+        ::dup2(null_fd, fd);
+        ::close(null_fd);
+      }
+    }
+  }
+}
+
+void print(int fd, const std::string& text) {
+  agent::write_all(fd, text.data(), text.size());
+}
+
+std::optional<std::string> get_env(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_standard_fds();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  launcher::LaunchPlan plan;
+  try {
+    launcher::LaunchConfig config = launcher::parse_command_line(args, get_env);
+    if (config.help) {
+      print(STDOUT_FILENO, launcher::help_text());
+      return 0;
+    }
+    if (config.version) {
+      print(STDOUT_FILENO, launcher::version_text());
+      return 0;
+    }
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    plan = launcher::make_launch_plan(config, get_env, std::move(env));
+  } catch (const launcher::CliError& e) {
+    print(STDERR_FILENO, launcher::usage_line() + "ddprun: error: " + e.what() + "\n");
+    return 2;
+  }
+  for (const auto& notice : plan.notices) agent::log_line(notice);
+
+  // Console output to a closed pipe must not kill the agent (and with it the workers).
+  ::signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<agent::Guardian> guardian;
+  try {
+    guardian = agent::Guardian::start();
+  } catch (const std::exception& e) {
+    agent::log_line(std::string("warning: no orphan guardian: ") + e.what());
+  }
+  boost::asio::io_context io(1);
+  auto rendezvous = std::make_unique<agent::LocalRendezvous>(io, plan.rendezvous);
+  agent::Agent job(io, std::move(plan.spec), std::move(rendezvous), guardian.get());
+  return job.run();
+}

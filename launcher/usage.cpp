@@ -1,0 +1,101 @@
+#include "launcher/usage.hpp"
+
+#include <string_view>
+
+#include "launcher/flags.hpp"
+
+#ifndef DDPRUN_VERSION
+#define DDPRUN_VERSION "0.0.0"
+#endif
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr size_t kColumn = 34;
+constexpr size_t kWidth = 100;
+
+// Appends `text` word-wrapped to kWidth, continuation lines indented to kColumn.
+void append_wrapped(std::string& out, size_t used, std::string_view text) {
+  while (!text.empty()) {
+    size_t room = kWidth - used;
+    size_t cut = text.size();
+    if (cut > room) {
+      cut = text.rfind(' ', room);
+      if (cut == std::string_view::npos || cut == 0) cut = room;
+    }
+    out.append(text.substr(0, cut));
+    out += '\n';
+    text.remove_prefix(cut);
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    if (!text.empty()) out.append(kColumn, ' ');
+    used = kColumn;
+  }
+}
+
+}  // namespace
+
+std::string usage_line() {
+  return "usage: ddprun [OPTIONS] (SCRIPT.py | -m MODULE | PROGRAM) [ARGS...]  "
+         "(ddprun --help lists the options)\n";
+}
+
+std::string version_text() {
+  return std::string("ddprun ") + DDPRUN_VERSION + "\n";
+}
+
+std::string help_text() {
+  std::string out =
+      "usage: ddprun [OPTIONS] (SCRIPT.py | -m MODULE | PROGRAM) [ARGS...]\n"
+      "\n"
+      "Starts --nproc-per-node copies of a training program on this machine with the\n"
+      "environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,\n"
+      "MASTER_PORT, ...), hosts their c10d store, restarts the whole group when a worker\n"
+      "fails (up to --max-restarts times), forwards signals, and never leaves a process\n"
+      "behind. Replace `torchrun` by `ddprun` in a launch line: the flags are the same.\n"
+      "\n"
+      "The entrypoint: SCRIPT.py runs as `$PYTHON_EXEC -u SCRIPT.py` (python3 when PYTHON_EXEC\n"
+      "is unset); -m MODULE as `python3 -u -m MODULE`; any other executable (./train, or a\n"
+      "name on PATH) is exec'd directly, as with --no-python. Everything after it is passed\n"
+      "to every worker unchanged, with ${local_rank} replaced by the worker's local rank.\n";
+  static const std::pair<std::string_view, std::string_view> groups[] = {
+      {"general", "General"}, {"nodes", "Nodes and workers"}, {"rendezvous", "Rendezvous"},
+      {"workers", "Workers"}, {"entrypoint", "Entrypoint"},   {"logs", "Logs"}};
+  for (const auto& [key, title] : groups) {
+    out += "\n";
+    out += title;
+    out += ":\n";
+    for (const Flag& f : flag_table()) {
+      if (f.group != key) continue;
+      std::string spell = "  ";
+      if (f.short_name) {
+        spell += '-';
+        spell += f.short_name;
+        spell += ", ";
+      }
+      spell += dashed(f.name);
+      if (f.takes_value) {
+        spell += ' ';
+        spell += f.metavar;
+      }
+      if (spell.size() + 1 < kColumn) {
+        spell.resize(kColumn, ' ');
+      } else {
+        spell += "\n" + std::string(kColumn, ' ');
+      }
+      out += spell;
+      append_wrapped(out, kColumn, f.help);
+    }
+  }
+  out +=
+      "\n"
+      "Every flag can be spelled with dashes or underscores (--nproc-per-node,\n"
+      "--nproc_per_node), as --flag=value or --flag value, and defaults to the environment\n"
+      "variable PET_<FLAG> (PET_NPROC_PER_NODE=4; switches read PET_STANDALONE=1).\n"
+      "\n"
+      "Exit status: 0 when every worker exited 0; the root-cause worker's exit code when the\n"
+      "job failed (128 + N if signal N killed it; torchrun always exits 1); 128 + N when\n"
+      "ddprun itself got signal N; 2 for bad arguments (nothing is started).\n";
+  return out;
+}
+
+}  // namespace ddprun::launcher

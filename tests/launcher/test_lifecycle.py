@@ -1,0 +1,130 @@
+"""Supervision: restart on failure, exhausted restarts (summary + the worker's exit code),
+signals forwarded to every worker (exit 128 + signal), SIGKILL after the grace period, and no
+orphan — not even a grandchild — when ddprun itself is SIGKILLed."""
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from launcher_helpers import clean_env, example, pid_alive, run, wait_for
+
+
+def attempts_of(log):
+    return [line.split()[:2] for line in log.read_text().splitlines()]
+
+
+def test_failed_attempt_is_restarted(ddprun, tmp_path):
+    log = tmp_path / "log"
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
+             example("flaky_worker.py"), log, "--fail-rank", "1", "--fail-attempts", "1"])
+    assert r.returncode == 0, r.stderr
+    assert sorted(attempts_of(log)) == [["0", "0"], ["0", "1"], ["1", "0"], ["1", "1"]]
+    assert re.search(r"attempt 0: worker 1 \(rank 1, pid \d+\) failed with exitcode 3", r.stderr)
+    assert "restarting the worker group: attempt 1 (1 of 1 restarts used)" in r.stderr
+    assert "attempt 1: all 2 workers exited 0" in r.stderr
+    assert "FAILED" not in r.stderr
+
+
+def test_exhausted_restarts_give_summary_and_the_workers_exit_code(ddprun, tmp_path):
+    log = tmp_path / "log"
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=2",
+             example("flaky_worker.py"), log, "--fail-attempts", "9", "--exit-code", "42"])
+    assert r.returncode == 42, r.stderr
+    assert sorted({a for a, _ in attempts_of(log)}) == ["0", "1", "2"]
+    summary = r.stderr[r.stderr.index("=" * 20):]
+    assert f"{example('flaky_worker.py')} FAILED" in summary
+    assert "Failures:\n  <NO_OTHER_FAILURES>" in summary
+    assert "Root Cause (first observed failure):\n[0]:" in summary
+    assert "  rank      : 1 (local_rank: 1)" in summary
+    assert re.search(r"  exitcode  : 42 \(pid: \d+\)", summary)
+    assert "  error_file: <N/A>" in summary
+
+
+def test_record_error_file_is_the_summarys_traceback(ddprun, tmp_path):
+    log = tmp_path / "log"
+    logs = tmp_path / "logs"
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", "--log_dir", logs,
+             example("flaky_worker.py"), log, "--mode", "raise", "--record"])
+    assert r.returncode == 1, r.stderr
+    m = re.search(r"  error_file: (\S+)", r.stderr)
+    assert m and m.group(1).startswith(str(logs)) and m.group(1).endswith("/attempt_0/1/error.json")
+    assert os.path.exists(m.group(1))
+    assert "  traceback : Traceback (most recent call last):" in r.stderr
+    assert "  RuntimeError: planned failure of rank 1 on attempt 0" in r.stderr
+    assert re.search(r"worker 1 \(rank 1, pid \d+\) failed with exitcode 1: "
+                     r"RuntimeError: planned failure of rank 1 on attempt 0", r.stderr)
+
+
+def test_worker_killed_by_a_signal(ddprun, tmp_path):
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", example("flaky_worker.py"),
+             tmp_path / "log", "--mode", "kill", "--others-wait"])
+    assert r.returncode == 128 + 9, r.stderr
+    assert re.search(r"  exitcode  : -9 \(pid: (\d+)\)", r.stderr)
+    pid = re.search(r"  exitcode  : -9 \(pid: (\d+)\)", r.stderr).group(1)
+    assert f"Signal 9 (SIGKILL) received by PID {pid}" in r.stderr
+    assert "was killed by SIGKILL (exitcode -9)" in r.stderr
+
+
+def start_signal_workers(ddprun, tmp_path, *extra, nproc=2, flags=()):
+    proc = subprocess.Popen([ddprun, "--standalone", f"--nproc_per_node={nproc}", *flags,
+                             example("signal_worker.py"), str(tmp_path), *extra],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    ready = [tmp_path / f"ready_{r}" for r in range(nproc)]
+    assert wait_for(lambda: all(p.exists() for p in ready), timeout=30), proc.stderr
+    pids = []
+    for r in range(nproc):
+        pids += [int(p) for p in (tmp_path / f"pids_{r}").read_text().split()]
+    return proc, pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_reaches_every_workers_handler(ddprun, tmp_path, sig):
+    proc, pids = start_signal_workers(ddprun, tmp_path, "--grandchildren", "1")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    if sig == signal.SIGTERM:
+        assert (tmp_path / "term_0").read_text() == "15\n"
+        assert (tmp_path / "term_1").read_text() == "15\n"
+    assert f"received {signal.Signals(sig).name}: forwarding it to 2 running worker(s)" in err
+    assert not [p for p in pids if pid_alive(p)]
+
+
+def test_worker_ignoring_sigterm_is_killed_after_the_grace_period(ddprun, tmp_path):
+    proc, pids = start_signal_workers(ddprun, tmp_path, "--on-term", "ignore",
+                                      flags=["--shutdown_timeout=1"])
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "2 worker(s) still running 1 s after SIGTERM: sending SIGKILL" in err
+    assert not [p for p in pids if pid_alive(p)]
+
+
+def test_second_signal_skips_the_grace_period(ddprun, tmp_path):
+    proc, pids = start_signal_workers(ddprun, tmp_path, "--on-term", "ignore")  # 30 s grace
+    proc.send_signal(signal.SIGTERM)
+    # Two SIGTERMs sent back to back may merge into one: wait until ddprun took the first.
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "received SIGTERM" in line:
+            break
+    assert all(pid_alive(p) for p in pids)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, "".join(seen) + err
+    assert "again: killing the workers now" in err
+    assert not [p for p in pids if pid_alive(p)]
+
+
+def test_sigkill_of_ddprun_leaves_no_worker_or_grandchild(ddprun, tmp_path):
+    proc, pids = start_signal_workers(ddprun, tmp_path, "--on-term", "ignore",
+                                      "--grandchildren", "2", nproc=2)
+    assert len(pids) == 6 and all(pid_alive(p) for p in pids)
+    proc.kill()
+    proc.communicate()
+    survivors = lambda: [p for p in pids if pid_alive(p)]  # noqa: E731
+    assert wait_for(lambda: not survivors(), timeout=1.0), survivors()
