@@ -1,0 +1,155 @@
+// train: a real data-parallel training job on ddprun's C++ worker SDK.
+//
+//   ddprun --standalone --nproc_per_node=2 build/bin/train --steps 200 --global-batch 64
+//       --seed 3 --checkpoint /tmp/ckpt
+//
+// Every rank builds the same seeded dataset and model; DistributedSampler splits the data;
+// DistributedDataParallel averages gradients; rank 0 logs the loss and writes checkpoints, and a
+// restarted job (ddprun --max_restarts) resumes from the last one with the same data order. The
+// final line, `final params checksum: <sum of all parameters>`, does not depend on the world size.
+#include <torch/torch.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+
+#include "ddprun/ddp.hpp"
+#include "examples/train/checkpoint.hpp"
+#include "examples/train/data.hpp"
+#include "examples/train/model.hpp"
+#include "examples/train/options.hpp"
+
+namespace train {
+namespace {
+
+ddprun::GradCompression compression_of(const std::string& name) {
+  if (name == "fp16") return ddprun::GradCompression::kFp16;
+  if (name == "bf16") return ddprun::GradCompression::kBf16;
+  return ddprun::GradCompression::kNone;
+}
+
+double checksum(torch::nn::Module& model) {
+  double sum = 0;
+  for (const auto& p : model.parameters())
+    sum += p.detach().to(torch::kDouble).sum().item<double>();
+  return sum;
+}
+
+int run(const Options& opt) {
+  ddprun::InitOptions init;
+  init.backend = ddprun::parse_backend(opt.backend);
+  if (opt.device == "cpu" && init.backend == ddprun::Backend::kAuto) {
+    init.backend = ddprun::Backend::kGloo;
+  }
+  auto pg = ddprun::init_process_group(init);
+  const int rank = pg->rank(), world = pg->size();
+  torch::Device device = pg->device();
+  if (opt.device == "cuda" && !device.is_cuda()) {
+    const int local = pg->env().local_rank;
+    if (!torch::cuda::is_available() || local >= static_cast<int>(torch::cuda::device_count())) {
+      throw ddprun::Error("--device cuda: no CUDA device for LOCAL_RANK " + std::to_string(local));
+    }
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local));
+  }
+  if (opt.global_batch % world != 0) {
+    throw train::UsageError("--global-batch " + std::to_string(opt.global_batch) +
+                            " is not divisible by the world size " + std::to_string(world));
+  }
+  const int64_t local_batch = opt.global_batch / world;
+
+  Dataset data = make_dataset(opt.seed, opt.dataset_size, opt.features, opt.classes);
+  torch::manual_seed(opt.seed);
+  Mlp model(opt.features, opt.hidden, opt.classes);
+  model->to(device);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(0.9));
+
+  int64_t start = 0;
+  if (!opt.checkpoint.empty()) {
+    if (auto meta = load_checkpoint(*pg, opt.checkpoint, *model, optimizer)) {
+      if (meta->global_batch != opt.global_batch || meta->seed != static_cast<int64_t>(opt.seed)) {
+        throw ddprun::Error("checkpoint in " + opt.checkpoint +
+                            " was written with --global-batch " +
+                            std::to_string(meta->global_batch) + " --seed " +
+                            std::to_string(meta->seed) + "; this run would change the data order");
+      }
+      start = meta->step;
+    }
+  }
+  ddprun::DdpOptions ddp_options;
+  ddp_options.compression = compression_of(opt.compression);
+  ddprun::DistributedDataParallel ddp(model, pg, ddp_options);
+  if (rank == 0) {
+    std::cout << "[train] world " << world << ", backend " << pg->backend_name()
+              << " (gradients: " << ddp.transport() << "), device " << device << ", "
+              << opt.dataset_size << " samples, global batch " << opt.global_batch << " ("
+              << local_batch << " per rank), "
+              << (start > 0 ? "resuming at step " + std::to_string(start)
+                            : std::string("starting at step 0"))
+              << ", restart " << pg->env().restart_count << std::endl;
+  }
+  BatchStream stream(data, world, rank, opt.seed, local_batch);
+
+  for (int64_t step = start; step < opt.steps; ++step) {
+    if (step == opt.kill_step && rank == opt.kill_rank && pg->env().restart_count == 0) {
+      std::cerr << "[train] rank " << rank << ": --kill-rank-at-step: SIGKILL at step " << step
+                << std::endl;
+      std::raise(SIGKILL);
+    }
+    auto idx = torch::tensor(stream.indices(step), torch::kLong);
+    auto x = data.features.index_select(0, idx).to(device);
+    auto y = data.labels.index_select(0, idx).to(device);
+    optimizer.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(ddp(x), y);
+    loss.backward();
+    optimizer.step();
+
+    const int64_t done = step + 1;
+    if (done % opt.log_every == 0 || done == opt.steps) {
+      auto global = loss.detach().reshape({1}).clone();
+      pg->all_reduce(global, ddprun::ReduceOp::kAvg);
+      if (rank == 0) {
+        std::cout << "step " << done << "/" << opt.steps << " loss " << std::fixed
+                  << std::setprecision(6) << global.item<double>() << std::defaultfloat
+                  << std::endl;
+      }
+    }
+    if (!opt.checkpoint.empty() && rank == 0 && done % opt.checkpoint_every == 0 &&
+        done < opt.steps) {
+      auto path =
+          save_checkpoint(opt.checkpoint, {done, opt.global_batch, static_cast<int64_t>(opt.seed)},
+                          *model, optimizer);
+      std::cout << "[train] checkpoint at step " << done << " -> " << path << std::endl;
+    }
+  }
+  const double sum = checksum(*model);
+  if (rank == 0) {
+    std::cout << "final params checksum: " << std::setprecision(12) << sum << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace train
+
+int main(int argc, char** argv) {
+  train::Options opt;
+  try {
+    opt = train::parse_options(argc, argv);
+  } catch (const train::UsageError& e) {
+    std::cerr << "train: " << e.what() << "\n" << train::kUsage;
+    return 2;
+  }
+  if (opt.help) {
+    std::cout << train::kUsage;
+    return 0;
+  }
+  return ddprun::record([&] {
+    try {
+      return train::run(opt);
+    } catch (const train::UsageError& e) {
+      std::cerr << "train: " << e.what() << "\n";
+      return 2;
+    }
+  });
+}

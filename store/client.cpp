@@ -1,0 +1,303 @@
+#include "store/client.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include "store/socket_io.hpp"
+#include "store/wire.hpp"
+
+namespace ddprun::store {
+namespace {
+
+using Kind = StoreError::Kind;
+using socket_io::Status;
+
+// Replies longer than this are treated as a protocol error rather than allocated.
+constexpr uint64_t kMaxReplyBytes = 1ull << 30;
+
+std::string frame(Op op) {
+  std::string out;
+  wire::put_u8(out, torch2_opcode(op));
+  return out;
+}
+
+std::string frame(Op op, std::string_view key) {
+  std::string out = frame(op);
+  wire::put_bytes(out, key);
+  return out;
+}
+
+std::string frame_keys(Op op, const std::vector<std::string>& keys) {
+  std::string out = frame(op);
+  wire::put_u64(out, keys.size());
+  for (const std::string& key : keys) wire::put_bytes(out, key);
+  return out;
+}
+
+std::string hello_frame(uint32_t nonce) {
+  std::string out = frame(Op::kValidate);
+  wire::put_u32(out, kValidationMagic);
+  out += frame(Op::kPing);
+  wire::put_u32(out, nonce);
+  return out;
+}
+
+}  // namespace
+
+Client::Client(UniqueFd fd, ClientOptions options, std::string peer)
+    : fd_(std::move(fd)), options_(options), peer_(std::move(peer)) {}
+
+Client::~Client() = default;
+
+Client::Clock::time_point Client::deadline_after(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return Clock::time_point::max();
+  return Clock::now() + timeout;
+}
+
+std::unique_ptr<Client> Client::connect(const std::string& host, uint16_t port,
+                                        const ClientOptions& options) {
+  std::string peer = host + ":" + std::to_string(port);
+  auto deadline = deadline_after(options.connect_timeout);
+  std::minstd_rand jitter(static_cast<unsigned>(::getpid()) ^
+                          static_cast<unsigned>(Clock::now().time_since_epoch().count()));
+  auto backoff = std::chrono::milliseconds(10);
+  std::string error;
+  for (;;) {
+    // One attempt gets at most the default call timeout (a server that accepts but never
+    // answers the PING must not eat the whole connect budget).
+    auto attempt_deadline = std::min(deadline, deadline_after(options.timeout));
+    UniqueFd fd = socket_io::connect_tcp(host, port, attempt_deadline, &error);
+    if (fd) {
+      std::unique_ptr<Client> client(new Client(std::move(fd), options, peer));
+      try {
+        client->handshake(attempt_deadline);
+        return client;
+      } catch (const StoreError& e) {
+        error = e.what();
+      }
+    }
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    std::chrono::milliseconds sleep = backoff * (75 + static_cast<int>(jitter() % 50)) / 100;
+    if (deadline != Clock::time_point::max()) {
+      sleep =
+          std::min(sleep, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+    }
+    std::this_thread::sleep_for(sleep);  // back-off between attempts: a real timeout
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  throw StoreError(Kind::kConnect, "cannot connect to the store at " + peer + " within " +
+                                       std::to_string(options.connect_timeout.count()) +
+                                       " ms: " + error);
+}
+
+void Client::handshake(Clock::time_point deadline) {
+  uint32_t nonce = static_cast<uint32_t>(::getpid());
+  send(hello_frame(nonce), deadline);
+  char echo[4];
+  recv(echo, sizeof echo, deadline);
+  if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
+}
+
+void Client::fail(Kind kind, const std::string& what) {
+  broken_ = true;
+  throw StoreError(kind, "store " + peer_ + ": " + what);
+}
+
+void Client::send(const std::string& bytes, Clock::time_point deadline) {
+  if (broken_) throw StoreError(Kind::kClosed, "store " + peer_ + ": connection closed");
+  Status s = socket_io::send_all(fd_.get(), bytes.data(), bytes.size(), deadline);
+  if (interrupted_) fail(Kind::kClosed, "interrupted");
+  if (s == Status::kTimeout) fail(Kind::kTimeout, "timed out sending a request");
+  if (s != Status::kOk) fail(Kind::kClosed, "connection lost while sending");
+}
+
+void Client::recv(char* data, size_t size, Clock::time_point deadline) {
+  if (broken_) throw StoreError(Kind::kClosed, "store " + peer_ + ": connection closed");
+  Status s = socket_io::recv_exact(fd_.get(), data, size, deadline);
+  if (interrupted_) fail(Kind::kClosed, "interrupted");
+  if (s == Status::kTimeout) fail(Kind::kTimeout, "timed out waiting for a reply");
+  if (s != Status::kOk) fail(Kind::kClosed, "connection closed by the store");
+}
+
+uint8_t Client::recv_u8(Clock::time_point deadline) {
+  char b;
+  recv(&b, 1, deadline);
+  return static_cast<uint8_t>(b);
+}
+
+int64_t Client::recv_i64(Clock::time_point deadline) {
+  char b[8];
+  recv(b, 8, deadline);
+  return static_cast<int64_t>(wire::load_le(b, 8));
+}
+
+std::string Client::recv_bytes(Clock::time_point deadline) {
+  auto length = static_cast<uint64_t>(recv_i64(deadline));
+  if (length > kMaxReplyBytes) {
+    fail(Kind::kProtocol, "reply of " + std::to_string(length) + " bytes is implausible");
+  }
+  std::string out;
+  constexpr size_t kChunk = 1 << 20;  // grow with the bytes that actually arrive
+  while (out.size() < length) {
+    size_t n = std::min<uint64_t>(kChunk, length - out.size());
+    size_t at = out.size();
+    out.resize(at + n);
+    recv(out.data() + at, n, deadline);
+  }
+  return out;
+}
+
+void Client::await_release(std::chrono::milliseconds timeout, const std::string& what) {
+  if (broken_) throw StoreError(Kind::kClosed, "store " + peer_ + ": connection closed");
+  Status s = socket_io::wait_readable(fd_.get(), deadline_after(timeout));
+  if (interrupted_) fail(Kind::kClosed, "interrupted");
+  if (s == Status::kOk) {
+    if (recv_u8(deadline()) != kStopWaiting) fail(Kind::kProtocol, "bad reply to " + what);
+    return;
+  }
+  if (s != Status::kTimeout) fail(Kind::kClosed, "connection lost during " + what);
+  // Cancel; if the release raced with us, 0x00 comes before the 0x01.
+  send(frame(Op::kCancelWait), deadline());
+  uint8_t reply = recv_u8(deadline());
+  if (reply == kStopWaiting) reply = recv_u8(deadline());
+  if (reply != kWaitCanceled) fail(Kind::kProtocol, "bad reply to CANCEL_WAIT");
+  throw StoreError(Kind::kTimeout, "store " + peer_ + ": " + what + " timed out after " +
+                                       std::to_string(timeout.count()) + " ms");
+}
+
+void Client::set(std::string_view key, std::string_view value) {
+  std::string f = frame(Op::kSet, key);
+  wire::put_bytes(f, value);
+  send(f, deadline());
+}
+
+std::string Client::get(std::string_view key) {
+  return get(key, options_.timeout);
+}
+
+std::string Client::get(std::string_view key, std::chrono::milliseconds timeout) {
+  wait({std::string(key)}, timeout);
+  send(frame(Op::kGet, key), deadline());
+  return recv_bytes(deadline());
+}
+
+int64_t Client::add(std::string_view key, int64_t delta) {
+  std::string f = frame(Op::kAdd, key);
+  wire::put_i64(f, delta);
+  send(f, deadline());
+  return recv_i64(deadline());
+}
+
+std::string Client::compare_set(std::string_view key, std::string_view expected,
+                                std::string_view desired) {
+  std::string f = frame(Op::kCompareSet, key);
+  wire::put_bytes(f, expected);
+  wire::put_bytes(f, desired);
+  send(f, deadline());
+  return recv_bytes(deadline());
+}
+
+bool Client::check(const std::vector<std::string>& keys) {
+  send(frame_keys(Op::kCheck, keys), deadline());
+  uint8_t reply = recv_u8(deadline());
+  if (reply > kCheckNotReady) fail(Kind::kProtocol, "bad reply to CHECK");
+  return reply == kCheckReady;
+}
+
+void Client::wait(const std::vector<std::string>& keys) {
+  wait(keys, options_.timeout);
+}
+
+void Client::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  send(frame_keys(Op::kWait, keys), deadline());
+  await_release(timeout, "WAIT");
+}
+
+int64_t Client::num_keys() {
+  send(frame(Op::kGetNumKeys), deadline());
+  return recv_i64(deadline());
+}
+
+bool Client::delete_key(std::string_view key) {
+  send(frame(Op::kDeleteKey, key), deadline());
+  return recv_i64(deadline()) == 1;
+}
+
+void Client::append(std::string_view key, std::string_view value) {
+  std::string f = frame(Op::kAppend, key);
+  wire::put_bytes(f, value);
+  send(f, deadline());
+}
+
+std::vector<std::string> Client::multi_get(const std::vector<std::string>& keys) {
+  wait(keys);
+  send(frame_keys(Op::kMultiGet, keys), deadline());
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) values.push_back(recv_bytes(deadline()));
+  return values;
+}
+
+void Client::multi_set(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  std::string f = frame(Op::kMultiSet);
+  wire::put_i64(f, static_cast<int64_t>(kvs.size()));
+  for (const auto& [key, value] : kvs) {
+    wire::put_bytes(f, key);
+    wire::put_bytes(f, value);
+  }
+  send(f, deadline());
+}
+
+void Client::queue_push(std::string_view key, std::string_view value) {
+  std::string f = frame(Op::kQueuePush, key);
+  wire::put_bytes(f, value);
+  send(f, deadline());
+}
+
+std::optional<std::string> Client::queue_pop(std::string_view key) {
+  send(frame(Op::kQueuePop, key), deadline());
+  if (recv_i64(deadline()) <= 0) return std::nullopt;
+  return recv_bytes(deadline());
+}
+
+int64_t Client::queue_len(std::string_view key) {
+  send(frame(Op::kQueueLen, key), deadline());
+  return recv_i64(deadline());
+}
+
+std::vector<std::string> Client::list_keys() {
+  send(frame(Op::kListKeys), deadline());
+  int64_t count = recv_i64(deadline());
+  if (count < 0) fail(Kind::kProtocol, "negative key count in LIST_KEYS reply");
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < count; ++i) keys.push_back(recv_bytes(deadline()));
+  return keys;
+}
+
+void Client::barrier(std::string_view key, int64_t world_size, std::chrono::milliseconds timeout) {
+  std::string f = frame(Op::kBarrier, key);
+  wire::put_i64(f, world_size);
+  send(f, deadline());
+  await_release(timeout, "BARRIER");
+}
+
+void Client::ping() {
+  auto nonce = static_cast<uint32_t>(Clock::now().time_since_epoch().count());
+  std::string f = frame(Op::kPing);
+  wire::put_u32(f, nonce);
+  send(f, deadline());
+  char echo[4];
+  recv(echo, 4, deadline());
+  if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
+}
+
+void Client::interrupt() {
+  interrupted_ = true;
+  ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+}  // namespace ddprun::store

@@ -1,0 +1,142 @@
+#include "store/connection.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "store/log.hpp"
+
+namespace ddprun::store {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+// A client that sends without reading its replies is not read from while more than this is
+// waiting to be sent to it.
+constexpr size_t kHighWater = 4 << 20;
+// Bytes read from one connection in one go before others get a turn.
+constexpr size_t kMaxBurst = 1 << 20;
+
+bool is_would_block(const boost::system::error_code& ec) {
+  return ec == asio::error::would_block || ec == asio::error::try_again;
+}
+
+}  // namespace
+
+Connection::Connection(std::shared_ptr<detail::ServerCore> core, tcp::socket socket,
+                       const tcp::endpoint& peer)
+    : core_(std::move(core)),
+      socket_(std::move(socket)),
+      peer_(peer),
+      session_(core_->state, core_->options.limits, *this) {
+  core_->add(*this);
+}
+
+Connection::~Connection() {
+  core_->remove(*this);
+}
+
+void Connection::start() {
+  boost::system::error_code ec;
+  socket_.set_option(tcp::no_delay(true), ec);
+  socket_.non_blocking(true, ec);
+  if (ec) return close();
+  asio::co_spawn(socket_.get_executor(), run(shared_from_this()), asio::detached);
+}
+
+void Connection::close() {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+asio::awaitable<void> Connection::run(std::shared_ptr<Connection> self) {
+  Connection& c = *self;
+  while (!c.closed_) {
+    auto [ec, n] = co_await c.socket_.async_read_some(asio::buffer(c.inbuf_), kUseTuple);
+    if (ec) {
+      if (ec == asio::error::eof) c.flush(false);  // a half-closed client still gets replies
+      break;
+    }
+    if (!c.consume(c.inbuf_.data(), n)) break;
+    if (n == c.inbuf_.size() && !c.drain_socket()) break;
+    c.flush(true);
+    while (!c.closed_ && c.session_.output().size() > kHighWater) {
+      auto [wait_ec] = co_await c.socket_.async_wait(tcp::socket::wait_write, kUseTuple);
+      if (wait_ec) break;
+      c.flush(false);
+    }
+  }
+  c.close();
+}
+
+bool Connection::consume(const char* data, size_t size) {
+  try {
+    if (session_.feed(std::string_view(data, size))) return true;
+    drop(session_.error());
+  } catch (const std::exception& e) {  // e.g. bad_alloc on a huge multi-key request
+    drop(std::string("internal error: ") + e.what());
+  }
+  return false;
+}
+
+// inbuf_ came back full: read the rest of the burst through the shared scratch buffer.
+bool Connection::drain_socket() {
+  size_t total = 0;
+  while (!closed_ && total < kMaxBurst) {
+    boost::system::error_code ec;
+    size_t n = socket_.read_some(asio::buffer(core_->scratch.get(), core_->kScratchSize), ec);
+    if (is_would_block(ec)) return true;
+    if (ec) {
+      if (ec == asio::error::eof) flush(false);
+      return false;
+    }
+    if (!consume(core_->scratch.get(), n)) return false;
+    total += n;
+    if (n < core_->kScratchSize) return true;  // most likely drained: spare a syscall
+  }
+  return !closed_;
+}
+
+void Connection::flush(bool arm) {
+  while (!closed_) {
+    std::string_view out = session_.output();
+    if (out.empty()) return;
+    boost::system::error_code ec;
+    size_t n = socket_.write_some(asio::buffer(out.data(), out.size()), ec);
+    session_.consume_output(n);
+    if (is_would_block(ec)) {
+      if (arm && !write_armed_) arm_write();
+      return;
+    }
+    if (ec) return close();  // peer gone: the read side ends the coroutine
+  }
+}
+
+void Connection::arm_write() {
+  write_armed_ = true;
+  socket_.async_wait(tcp::socket::wait_write,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       self->write_armed_ = false;
+                       if (!ec) self->flush(true);
+                     });
+}
+
+void Connection::drop(const std::string& reason) {
+  log_line(core_->options.log_prefix, "closing connection from " + peer() + " (" +
+                                          dialect_name(session_.dialect()) + "): " + reason);
+  close();
+}
+
+std::string Connection::peer() const {
+  if (peer_.port() == 0) return "unknown peer";
+  std::string addr = peer_.address().to_string();
+  if (peer_.address().is_v6()) addr = "[" + addr + "]";
+  return addr + ":" + std::to_string(peer_.port());
+}
+
+}  // namespace ddprun::store

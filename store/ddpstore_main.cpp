@@ -1,0 +1,142 @@
+// ddpstore: the store on its own, for multi-node jobs (so it need not live in one node's
+// agent) and for anyone who wants a TCPStore server without Python.
+#include <sys/resource.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include "store/server.hpp"
+
+namespace {
+
+using ddprun::store::ServerOptions;
+
+constexpr const char* kUsage =
+    "usage: ddpstore [--host H] [--port P] [--max-key-bytes N] [--max-value-bytes N]\n"
+    "                [--max-keys N] [--backlog N]\n"
+    "\n"
+    "Serves a key-value store speaking PyTorch's c10d TCPStore protocol (torch 1.13 and 2.x\n"
+    "clients, e.g. init_process_group(\"env://\") with TORCHELASTIC_USE_AGENT_STORE=True) until\n"
+    "SIGTERM or SIGINT. Prints the address it bound on one line.\n"
+    "\n"
+    "  --host H             address or name to bind (default 0.0.0.0; \"::\" for IPv6 + IPv4)\n"
+    "  --port P             port (default 29400; 0 picks a free one, printed at start)\n"
+    "  --max-key-bytes N    longest key accepted (default 8192)\n"
+    "  --max-value-bytes N  longest value accepted (default 8388608)\n"
+    "  --max-keys N         most keys in one request (default 131072)\n"
+    "  --backlog N          listen backlog (default: /proc/sys/net/core/somaxconn)\n"
+    "  -h, --help           this help\n"
+    "\n"
+    "A client sending a malformed or over-limit request is disconnected with a log line.\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "ddpstore: %s (see ddpstore --help)\n", message.c_str());
+  std::exit(2);
+}
+
+uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || v > max) {
+    usage_error(flag + " needs a number in 0.." + std::to_string(max) + ", got '" + text + "'");
+  }
+  return v;
+}
+
+bool known_flag(const std::string& flag) {
+  for (const char* f :
+       {"--host", "--port", "--max-key-bytes", "--max-value-bytes", "--max-keys", "--backlog"}) {
+    if (flag == f) return true;
+  }
+  return false;
+}
+
+void apply_flag(ServerOptions& opts, const std::string& flag, const std::string& value) {
+  constexpr uint64_t kMaxSize = std::numeric_limits<uint32_t>::max();
+  if (flag == "--host") {
+    opts.host = value;
+  } else if (flag == "--port") {
+    opts.port = static_cast<uint16_t>(parse_number(flag, value, 65535));
+  } else if (flag == "--max-key-bytes") {
+    opts.limits.max_key = parse_number(flag, value, kMaxSize);
+  } else if (flag == "--max-value-bytes") {
+    opts.limits.max_value = parse_number(flag, value, kMaxSize);
+  } else if (flag == "--max-keys") {
+    opts.limits.max_keys = parse_number(flag, value, kMaxSize);
+  } else if (flag == "--backlog") {
+    opts.backlog = static_cast<int>(parse_number(flag, value, 1 << 20));
+  }
+}
+
+ServerOptions parse_args(int argc, char** argv) {
+  ServerOptions opts;
+  opts.port = 29400;
+  opts.log_prefix = "[ddpstore]";
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg.rfind("--", 0) != 0) usage_error("unexpected argument '" + arg + "'");
+    std::string flag = arg.substr(0, arg.find('='));
+    if (!known_flag(flag)) usage_error("unknown option '" + flag + "'");
+    std::string value;
+    if (flag.size() < arg.size()) {
+      value = arg.substr(flag.size() + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      usage_error(flag + " needs a value");
+    }
+    apply_flag(opts, flag, value);
+  }
+  return opts;
+}
+
+// Each client holds one or two descriptors; use all the hard limit allows.
+void raise_fd_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ServerOptions opts = parse_args(argc, argv);
+  std::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  boost::asio::io_context io(1);
+  std::optional<ddprun::store::Server> server;
+  try {
+    server.emplace(io, opts);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "ddpstore: %s\n", e.what());
+    return 1;
+  }
+  bool v6 = opts.host.find(':') != std::string::npos;
+  std::printf("[ddpstore] listening on %s%s%s:%u\n", v6 ? "[" : "", opts.host.c_str(),
+              v6 ? "]" : "", static_cast<unsigned>(server->port()));
+  std::fflush(stdout);
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    std::fprintf(stderr, "[ddpstore] stopping on %s\n", signo == SIGINT ? "SIGINT" : "SIGTERM");
+    server->close();
+  });
+  io.run();
+  return 0;
+}

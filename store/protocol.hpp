@@ -1,0 +1,98 @@
+// The c10d TCPStore wire protocol: opcodes of both dialects, limits and the decoded request.
+// Pure data and functions (no I/O, no Boost) so the frame parser builds anywhere, including
+// the clang libFuzzer build. See ../shared/docs/tcpstore-wire-protocol.md for the bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::store {
+
+// Per-request limits, checked by the frame parser as soon as a length or count is read,
+// before any byte is buffered for it (PyTorch's newest server uses the same defaults).
+struct Limits {
+  size_t max_key = 8 << 10;     // bytes per key
+  size_t max_value = 8 << 20;   // bytes per value (SET, APPEND, COMPARE_SET, QUEUE_PUSH, ...)
+  size_t max_keys = 128 << 10;  // keys per CHECK/WAIT/MULTI_GET/MULTI_SET request
+};
+
+// Torch 1.13 and torch 2.x number their opcodes differently; a connection's dialect is told
+// from its first bytes (2.x opens with VALIDATE + magic).
+enum class Dialect : uint8_t { kUnknown, kTorch1, kTorch2 };
+
+// Operations, independent of the dialect's numbering.
+enum class Op : uint8_t {
+  kValidate,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kGetNumKeys,
+  kWatchKey,  // 1.13 only
+  kDeleteKey,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kPing,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+  kListKeys,
+  kBarrier,
+};
+
+// Field layout of a request after its opcode byte.
+enum class Field : uint8_t {
+  kKey,        // u64 length + bytes, length <= Limits::max_key
+  kValue,      // u64 length + bytes, length <= Limits::max_value
+  kI64,        // 8 bytes little-endian
+  kU32,        // 4 bytes little-endian
+  kKeys,       // u64 n (<= max_keys), then n keys
+  kKeyValues,  // i64 n (<= max_keys), then n (key, value) pairs
+};
+
+struct OpSpec {
+  Op op;
+  const char* name;
+  uint8_t field_count;
+  Field fields[3];
+};
+
+inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;  // sent as CE F7 85 3C
+
+// Reply bytes of WAIT/BARRIER/CANCEL_WAIT, CHECK and 1.13's WATCH_KEY.
+inline constexpr uint8_t kStopWaiting = 0x00;
+inline constexpr uint8_t kWaitCanceled = 0x01;
+inline constexpr uint8_t kCheckReady = 0x00;
+inline constexpr uint8_t kCheckNotReady = 0x01;
+inline constexpr uint8_t kWatchRegistered = 0x03;
+
+// Decodes an opcode byte of a known dialect; nullptr for an opcode the dialect lacks.
+const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode);
+// The spec of an op (name and fields).
+const OpSpec& op_spec(Op op);
+// The 2.x opcode byte of an op (our client speaks 2.x); throws std::invalid_argument for
+// WATCH_KEY, which 2.x lacks.
+uint8_t torch2_opcode(Op op);
+// The 1.13 opcode byte of an op; throws std::invalid_argument where 1.13 lacks the op.
+uint8_t torch1_opcode(Op op);
+const char* dialect_name(Dialect dialect);
+
+// One decoded request. Which members are used depends on op (see OpSpec::fields):
+// keys holds the kKey/kKeys fields in order, values the kValue fields (COMPARE_SET:
+// expected then desired; MULTI_SET: one per key), integer the kI64 field, word the kU32.
+struct Request {
+  Op op = Op::kGetNumKeys;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  int64_t integer = 0;
+  uint32_t word = 0;
+};
+
+}  // namespace ddprun::store

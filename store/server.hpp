@@ -1,0 +1,81 @@
+// The store server: a c10d TCPStore-compatible key-value store on Boost.Asio, serving torch
+// 1.13 and torch 2.x clients (dialect detected per connection) and our Client.
+//
+// Threads: a Server runs entirely on the io_context it is given; construct it anywhere,
+// call every other method on that io_context's thread. ServerThread bundles an io_context,
+// its thread and a Server, for hosting a store in-process (the agent does).
+//
+// Bad input (malformed frame, unknown opcode, a key/value/key count over Limits, ADD on a
+// non-numeric value) closes that one connection with one log line naming the peer and the
+// reason; other clients are unaffected. Idle connections are never timed out.
+//
+// Refinements of the agreed store API contract: Limits lives in protocol.hpp
+// (included here, same namespace); ServerOptions::log_prefix and
+// Server::connection_count() were added. Destroying or closing a Server closes its
+// listening socket at once, so the same port can be bound again right away.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "store/protocol.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace ddprun::store {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";  // address or name to bind; "::" / IPv6 literals supported
+  uint16_t port = 0;             // 0 = pick a free port; Server::port() reports it
+  Limits limits;
+  int backlog = 0;                            // 0 = /proc/sys/net/core/somaxconn
+  std::string log_prefix = "[ddprun store]";  // log lines: "<prefix> host:pid: ..."
+};
+
+namespace detail {
+struct ServerCore;
+}
+
+class Server {
+ public:
+  // Binds and listens; throws std::system_error with a clear message on failure
+  // ("cannot listen on 0.0.0.0:29500: Address already in use").
+  Server(boost::asio::io_context& io, ServerOptions options);
+  ~Server();  // closes the listener and every connection
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Stops accepting and drops every connection (idempotent).
+  void close();
+  // Open client connections (for tests and stats).
+  size_t connection_count() const;
+
+ private:
+  std::shared_ptr<detail::ServerCore> core_;  // shared with the connections' coroutines
+  uint16_t port_ = 0;
+};
+
+// Owns an io_context, a thread running it and a Server on it. Thread-safe to construct and
+// destroy from any thread.
+class ServerThread {
+ public:
+  explicit ServerThread(ServerOptions options);  // throws like Server
+  ~ServerThread();                               // stops and joins
+  ServerThread(const ServerThread&) = delete;
+  ServerThread& operator=(const ServerThread&) = delete;
+
+  uint16_t port() const { return port_; }
+
+ private:
+  std::unique_ptr<boost::asio::io_context> io_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace ddprun::store

@@ -1,0 +1,211 @@
+#include "store/session.hpp"
+
+#include <utility>
+
+#include "store/wire.hpp"
+
+namespace ddprun::store {
+namespace {
+
+// Reply buffers above this are released once drained, so an idle connection stays small.
+constexpr size_t kKeepCapacity = 16 << 10;
+// Replies held behind a pending WAIT (only a client pipelining behind its own WAIT, which no
+// torch client does, can queue any): past this the connection is dropped.
+constexpr size_t kMaxHeld = 64 << 20;
+
+std::string quoted(const std::string& key) {
+  constexpr size_t kMax = 64;
+  std::string out = "'";
+  for (char c : key.substr(0, kMax)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return out + (key.size() > kMax ? "...'" : "'");
+}
+
+}  // namespace
+
+bool Session::feed(std::string_view bytes) {
+  while (!bytes.empty()) {
+    bytes.remove_prefix(parser_.feed(bytes));
+    if (parser_.failed()) return fail(parser_.error());
+    if (parser_.ready()) {
+      Request request = parser_.take();
+      if (!handle(request)) return false;
+      if (held_.size() > kMaxHeld) {
+        return fail("over " + std::to_string(kMaxHeld >> 20) +
+                    " MiB of replies held behind a pending WAIT");
+      }
+    }
+  }
+  return true;
+}
+
+void Session::consume_output(size_t n) {
+  out_pos_ += n;
+  if (out_pos_ < out_.size()) return;
+  out_pos_ = 0;
+  if (out_.capacity() > kKeepCapacity) {
+    std::string().swap(out_);
+  } else {
+    out_.clear();
+  }
+}
+
+bool Session::fail(std::string reason) {
+  error_ = std::move(reason);
+  return false;
+}
+
+void Session::release_held() {
+  out_ += held_;
+  std::string().swap(held_);
+}
+
+void Session::on_wake() {
+  wire::put_u8(out_, kStopWaiting);
+  release_held();
+  listener_.on_output();
+}
+
+bool Session::handle(Request& request) {
+  if (parked()) {
+    if (dialect() == Dialect::kTorch1) {
+      state_.cancel_wait(*this);  // the 1.13 client gave up on it: never send the late byte
+    } else if (request.op == Op::kWait || request.op == Op::kBarrier) {
+      return fail(std::string(op_spec(request.op).name) +
+                  " while this connection's previous WAIT is still pending");
+    }
+  }
+  switch (request.op) {
+    case Op::kValidate:
+      if (request.word != kValidationMagic) return fail("VALIDATE with a wrong magic number");
+      return true;
+    case Op::kWait:
+    case Op::kBarrier:
+    case Op::kCancelWait:
+      return handle_wait(request);
+    case Op::kSet:
+    case Op::kCompareSet:
+    case Op::kAdd:
+    case Op::kDeleteKey:
+    case Op::kAppend:
+    case Op::kMultiSet:
+    case Op::kQueuePush:
+    case Op::kQueuePop:
+      return handle_write(request);
+    default:
+      return handle_read(request);
+  }
+}
+
+bool Session::handle_read(Request& r) {
+  std::string& out = reply();
+  switch (r.op) {
+    case Op::kGet: {
+      // Clients WAIT before GET; a key deleted in between reads as empty, like torch 2.x.
+      const std::string* value = state_.find(r.keys[0]);
+      wire::put_bytes(out, value ? *value : std::string_view());
+      return true;
+    }
+    case Op::kMultiGet:
+      for (const std::string& key : r.keys) {
+        const std::string* value = state_.find(key);
+        wire::put_bytes(out, value ? *value : std::string_view());
+      }
+      return true;
+    case Op::kCheck:
+      wire::put_u8(out, state_.check(r.keys) ? kCheckReady : kCheckNotReady);
+      return true;
+    case Op::kGetNumKeys:
+      wire::put_i64(out, state_.num_keys());
+      return true;
+    case Op::kWatchKey:  // 1.13: acknowledge, never notify (nothing in torch relies on it)
+      wire::put_u8(out, kWatchRegistered);
+      return true;
+    case Op::kPing:
+      wire::put_u32(out, r.word);
+      return true;
+    case Op::kQueueLen:
+      wire::put_i64(out, state_.queue_len(r.keys[0]));
+      return true;
+    case Op::kListKeys:
+      wire::put_i64(out, state_.num_keys());
+      state_.for_each_key([&out](const std::string& key) { wire::put_bytes(out, key); });
+      return true;
+    default:
+      return fail(std::string("unexpected ") + op_spec(r.op).name);
+  }
+}
+
+bool Session::handle_write(Request& r) {
+  switch (r.op) {
+    case Op::kSet:
+      state_.set(std::move(r.keys[0]), std::move(r.values[0]));
+      return true;
+    case Op::kCompareSet:
+      wire::put_bytes(
+          reply(), state_.compare_set(std::move(r.keys[0]), r.values[0], std::move(r.values[1])));
+      return true;
+    case Op::kAdd: {
+      std::optional<int64_t> sum = state_.add(r.keys[0], r.integer);
+      if (!sum) {
+        return fail("ADD " + std::to_string(r.integer) + " on key " + quoted(r.keys[0]) +
+                    " whose value is not a 64-bit decimal integer (or the sum overflows)");
+      }
+      wire::put_i64(reply(), *sum);
+      return true;
+    }
+    case Op::kDeleteKey:
+      wire::put_i64(reply(), state_.erase(r.keys[0]) ? 1 : 0);
+      return true;
+    case Op::kAppend:
+      state_.append(std::move(r.keys[0]), r.values[0]);
+      return true;
+    case Op::kMultiSet:
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        state_.set(std::move(r.keys[i]), std::move(r.values[i]));
+      }
+      return true;
+    case Op::kQueuePush:
+      state_.queue_push(std::move(r.keys[0]), std::move(r.values[0]));
+      return true;
+    case Op::kQueuePop: {
+      auto [length, value] = state_.queue_pop(r.keys[0]);
+      std::string& out = reply();
+      wire::put_i64(out, length);
+      if (length > 0) wire::put_bytes(out, value);
+      return true;
+    }
+    default:
+      return fail(std::string("unexpected ") + op_spec(r.op).name);
+  }
+}
+
+bool Session::handle_wait(Request& r) {
+  switch (r.op) {
+    case Op::kWait:
+      if (state_.wait(r.keys, *this)) wire::put_u8(out_, kStopWaiting);
+      return true;  // else parked: on_wake() sends the 0x00
+    case Op::kBarrier:
+      switch (state_.barrier(r.keys[0], r.integer, *this)) {
+        case StoreState::BarrierResult::kReleased:
+          wire::put_u8(out_, kStopWaiting);
+          return true;
+        case StoreState::BarrierResult::kWaiting:
+          return true;
+        case StoreState::BarrierResult::kBadCounter:
+          return fail("BARRIER on key " + quoted(r.keys[0]) +
+                      " whose value is not a 64-bit decimal integer");
+      }
+      return true;
+    case Op::kCancelWait:
+      if (parked()) {
+        state_.cancel_wait(*this);
+        release_held();
+      }
+      wire::put_u8(out_, kWaitCanceled);
+      return true;
+    default:
+      return fail(std::string("unexpected ") + op_spec(r.op).name);
+  }
+}
+
+}  // namespace ddprun::store

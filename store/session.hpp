@@ -1,0 +1,73 @@
+// One client connection's protocol state, without the socket: parses its bytes, applies
+// requests to the StoreState and queues the replies in request order. Connection (Asio)
+// feeds it and sends what it queues; tests drive it directly.
+//
+// Ordering: a WAIT or BARRIER that cannot be answered yet parks the session; replies to
+// requests that follow it are held back until its 0x00 goes out, so replies always leave in
+// request order. On a 2.x connection CANCEL_WAIT drops the parked wait and replies 0x01 (after
+// the 0x00 if that was already queued). A 1.13 client never sends while waiting unless it
+// gave up (its timeout sends nothing), so there any new request cancels the parked wait and
+// the late 0x00 is never sent (torch 1.13's own server desyncs the connection there).
+//
+// Not thread-safe: the io_context thread only.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "store/frame_parser.hpp"
+#include "store/protocol.hpp"
+#include "store/store_state.hpp"
+
+namespace ddprun::store {
+
+// Told when replies become ready outside feed(): a parked WAIT/BARRIER was released by
+// another connection's request.
+class OutputListener {
+ public:
+  virtual void on_output() = 0;
+
+ protected:
+  ~OutputListener() = default;
+};
+
+class Session final : private Waiter {
+ public:
+  // `state` and `listener` must outlive the session.
+  Session(StoreState& state, const Limits& limits, OutputListener& listener)
+      : state_(state), parser_(limits), listener_(listener) {}
+
+  // Processes received bytes. Returns false when the connection must be closed: a
+  // malformed frame, an impossible request (error() says why, in one line).
+  bool feed(std::string_view bytes);
+  const std::string& error() const { return error_; }
+
+  // Reply bytes ready to send, in order; after sending a prefix call consume_output(n).
+  std::string_view output() const { return std::string_view(out_).substr(out_pos_); }
+  void consume_output(size_t n);
+  // Bytes queued or held back (for back-pressure on a client that does not read).
+  size_t buffered() const { return out_.size() - out_pos_ + held_.size(); }
+
+  Dialect dialect() const { return parser_.dialect(); }
+  bool waiting() const { return parked(); }
+
+ private:
+  bool handle(Request& request);
+  bool handle_read(Request& request);
+  bool handle_write(Request& request);
+  bool handle_wait(Request& request);
+  bool fail(std::string reason);
+  std::string& reply() { return parked() ? held_ : out_; }
+  void release_held();
+  void on_wake() override;
+
+  StoreState& state_;
+  FrameParser parser_;
+  OutputListener& listener_;
+  std::string out_;
+  size_t out_pos_ = 0;
+  std::string held_;  // replies behind a parked WAIT/BARRIER
+  std::string error_;
+};
+
+}  // namespace ddprun::store

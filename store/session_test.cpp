@@ -1,0 +1,194 @@
+// Session: request semantics and reply ordering of both dialects, without sockets.
+#include "store/session.hpp"
+
+#include <gtest/gtest.h>
+
+#include "store/test_frames.hpp"
+
+namespace ddprun::store {
+namespace {
+
+using test::torch2_hello;
+using test::v1;
+using test::v2;
+
+struct Peer : OutputListener {
+  Peer(StoreState& state, Limits limits = {}) : session(state, limits, *this) {}
+  void on_output() override { ++wakeups; }
+  // Feeds bytes; returns whatever output is ready, consuming it.
+  std::string send(const std::string& bytes) {
+    EXPECT_TRUE(session.feed(bytes)) << session.error();
+    return take();
+  }
+  std::string take() {
+    std::string out(session.output());
+    session.consume_output(out.size());
+    return out;
+  }
+  Session session;
+  int wakeups = 0;
+};
+
+std::string i64(int64_t v) {
+  std::string s;
+  wire::put_i64(s, v);
+  return s;
+}
+std::string bytes(std::string_view v) {
+  std::string s;
+  wire::put_bytes(s, v);
+  return s;
+}
+
+TEST(SessionTest, Torch2HandshakeAndBasicOps) {
+  StoreState state;
+  Peer p(state);
+  EXPECT_EQ(p.send(torch2_hello() + std::string(v2(Op::kPing).u32(0x01020304))),
+            std::string("\x04\x03\x02\x01", 4));
+  EXPECT_EQ(p.session.dialect(), Dialect::kTorch2);
+  EXPECT_EQ(p.send(v2(Op::kSet).str("/a").str("1")), "");
+  EXPECT_EQ(p.send(v2(Op::kGet).str("/a")), bytes("1"));
+  EXPECT_EQ(p.send(v2(Op::kGet).str("/missing")), bytes(""));
+  EXPECT_EQ(p.send(v2(Op::kAdd).str("/c").i64(2)), i64(2));
+  EXPECT_EQ(p.send(v2(Op::kGetNumKeys)), i64(2));
+  EXPECT_EQ(p.send(v2(Op::kCheck).keys({"/a", "/c"})), std::string(1, '\x00'));
+  EXPECT_EQ(p.send(v2(Op::kCheck).keys({"/a", "/x"})), std::string(1, '\x01'));
+  EXPECT_EQ(p.send(v2(Op::kDeleteKey).str("/a")), i64(1));
+  EXPECT_EQ(p.send(v2(Op::kDeleteKey).str("/a")), i64(0));
+  EXPECT_EQ(p.send(v2(Op::kAppend).str("/c").str("0")), "");
+  EXPECT_EQ(p.send(v2(Op::kMultiGet).keys({"/c", "/none"})), bytes("20") + bytes(""));
+  EXPECT_EQ(p.send(v2(Op::kListKeys)), i64(1) + bytes("/c"));
+  EXPECT_EQ(p.send(v2(Op::kQueuePop).str("q")), i64(0));
+  p.send(v2(Op::kQueuePush).str("q").str("item"));
+  EXPECT_EQ(p.send(v2(Op::kQueueLen).str("q")), i64(1));
+  EXPECT_EQ(p.send(v2(Op::kQueuePop).str("q")), i64(1) + bytes("item"));
+}
+
+TEST(SessionTest, WaitRepliesLaterAndHoldsFollowingReplies) {
+  StoreState state;
+  Peer waiter(state), setter(state);
+  waiter.send(torch2_hello());
+  setter.send(torch2_hello());
+  EXPECT_EQ(waiter.send(v2(Op::kWait).keys({"k"})), "");
+  EXPECT_TRUE(waiter.session.waiting());
+  // A pipelined request behind the WAIT is processed, but its reply waits for the 0x00.
+  EXPECT_EQ(waiter.send(v2(Op::kGetNumKeys)), "");
+  setter.send(v2(Op::kSet).str("k").str("v"));
+  EXPECT_EQ(waiter.wakeups, 1);
+  EXPECT_EQ(waiter.take(), std::string(1, '\x00') + i64(0));
+}
+
+TEST(SessionTest, CancelWaitBeforeRelease) {
+  StoreState state;
+  Peer p(state), setter(state);
+  p.send(torch2_hello());
+  setter.send(torch2_hello());
+  p.send(v2(Op::kWait).keys({"k"}));
+  EXPECT_EQ(p.send(v2(Op::kCancelWait)), std::string(1, '\x01'));
+  setter.send(v2(Op::kSet).str("k").str("v"));  // no late 0x00
+  EXPECT_EQ(p.wakeups, 0);
+  EXPECT_EQ(p.take(), "");
+  EXPECT_EQ(p.send(v2(Op::kCancelWait)), std::string(1, '\x01'));  // nothing pending: still 01
+}
+
+TEST(SessionTest, CancelWaitRacingTheReleaseGivesZeroThenOne) {
+  StoreState state;
+  Peer p(state), setter(state);
+  p.send(torch2_hello());
+  setter.send(torch2_hello());
+  p.send(v2(Op::kWait).keys({"k"}));
+  setter.send(v2(Op::kSet).str("k").str("v"));  // 0x00 queued, not yet read by the client
+  EXPECT_TRUE(p.session.feed(v2(Op::kCancelWait)));
+  EXPECT_EQ(p.take(), std::string("\x00\x01", 2));
+}
+
+TEST(SessionTest, SecondWaitWhilePendingIsAnErrorInTorch2) {
+  StoreState state;
+  Peer p(state);
+  p.send(torch2_hello());
+  p.send(v2(Op::kWait).keys({"k"}));
+  EXPECT_FALSE(p.session.feed(v2(Op::kWait).keys({"j"})));
+  EXPECT_EQ(p.session.error(), "WAIT while this connection's previous WAIT is still pending");
+}
+
+TEST(SessionTest, Torch1NewRequestCancelsThePendingWaitSilently) {
+  StoreState state;
+  Peer p(state), setter(state);
+  EXPECT_EQ(p.send(v1(Op::kWait).keys({"/k"})), "");  // the 1.13 client times out here...
+  EXPECT_EQ(p.session.dialect(), Dialect::kTorch1);
+  EXPECT_EQ(p.send(v1(Op::kGetNumKeys)), i64(0));  // ...and moves on: reply at once
+  EXPECT_FALSE(p.session.waiting());
+  setter.send(v1(Op::kSet).str("/k").str("v"));
+  EXPECT_EQ(p.take(), "");  // the late STOP_WAITING byte is never sent
+  EXPECT_EQ(p.wakeups, 0);
+  // A new WAIT on a 1.13 connection replaces the old one.
+  p.send(v1(Op::kWait).keys({"/j"}));
+  EXPECT_EQ(p.send(v1(Op::kWait).keys({"/k"})), std::string(1, '\x00'));
+}
+
+TEST(SessionTest, Torch1Ops) {
+  StoreState state;
+  Peer p(state);
+  EXPECT_EQ(p.send(v1(Op::kAdd).str("init/").i64(1)), i64(1));
+  EXPECT_EQ(p.send(v1(Op::kSet).str("/k").str("v")), "");
+  EXPECT_EQ(p.send(v1(Op::kWait).keys({"/k"})), std::string(1, '\x00'));
+  EXPECT_EQ(p.send(v1(Op::kGet).str("/k")), bytes("v"));
+  EXPECT_EQ(p.send(v1(Op::kCompareSet).str("/k").str("v").str("w")), bytes("w"));
+  EXPECT_EQ(p.send(v1(Op::kWatchKey).str("/k")), std::string(1, '\x03'));
+  EXPECT_EQ(p.send(v1(Op::kCheck).keys({"/k"})), std::string(1, '\x00'));
+  EXPECT_EQ(p.send(v1(Op::kGetNumKeys)), i64(2));
+  EXPECT_EQ(p.send(v1(Op::kDeleteKey).str("/k")), i64(1));
+}
+
+TEST(SessionTest, BarrierRepliesWhenAllArrived) {
+  StoreState state;
+  Peer a(state), b(state);
+  a.send(torch2_hello());
+  b.send(torch2_hello());
+  EXPECT_EQ(a.send(v2(Op::kBarrier).str("bar").i64(2)), "");
+  EXPECT_EQ(b.send(v2(Op::kBarrier).str("bar").i64(2)), std::string(1, '\x00'));
+  EXPECT_EQ(a.take(), std::string(1, '\x00'));
+}
+
+TEST(SessionTest, ImpossibleRequestsCloseWithAReason) {
+  StoreState state;
+  Peer setter(state);
+  setter.send(v1(Op::kSet).str("/text").str("hello"));
+  Peer p(state);
+  EXPECT_FALSE(p.session.feed(v1(Op::kAdd).str("/text").i64(1)));
+  EXPECT_EQ(p.session.error(),
+            "ADD 1 on key '/text' whose value is not a 64-bit decimal integer (or the sum "
+            "overflows)");
+  Peer q(state);
+  EXPECT_FALSE(q.session.feed(torch2_hello() + std::string(v2(Op::kValidate).u32(7))));
+  EXPECT_EQ(q.session.error(), "VALIDATE with a wrong magic number");
+  Peer r(state);
+  EXPECT_FALSE(r.session.feed(std::string(v1(Op::kGetNumKeys)) + "\x30"));
+  EXPECT_EQ(r.session.error(), "unknown opcode 0x30 in the torch-1.13 dialect");
+}
+
+TEST(SessionTest, RepliesHeldBehindAWaitAreBounded) {
+  StoreState state;
+  Peer p(state);
+  p.send(torch2_hello() + std::string(v2(Op::kSet).str("big").str(std::string(8 << 20, 'x'))));
+  p.send(v2(Op::kWait).keys({"never"}));
+  std::string gets;
+  for (int i = 0; i < 9; ++i) gets += v2(Op::kGet).str("big");
+  EXPECT_FALSE(p.session.feed(gets));
+  EXPECT_EQ(p.session.error(), "over 64 MiB of replies held behind a pending WAIT");
+}
+
+TEST(SessionTest, ClosingWhileParkedUnparks) {
+  StoreState state;
+  {
+    Peer p(state);
+    p.send(torch2_hello() + std::string(v2(Op::kWait).keys({"k"})));
+    EXPECT_EQ(state.parked_key_count(), 1u);
+  }
+  EXPECT_EQ(state.parked_key_count(), 0u);
+  Peer setter(state);
+  setter.send(v1(Op::kSet).str("k").str("v"));  // must not touch the closed session
+}
+
+}  // namespace
+}  // namespace ddprun::store

@@ -1,0 +1,129 @@
+#include "store/socket_io.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ddprun::store::socket_io {
+namespace {
+
+// Milliseconds until the deadline for poll(), rounded up; -1 (forever) for time_point::max.
+int poll_timeout(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left);
+}
+
+// Polls for `events`; kOk when ready.
+Status wait_for(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, poll_timeout(deadline));
+    if (rc > 0) return Status::kOk;  // errors and hang-ups surface in the next send/recv
+    if (rc == 0) return Status::kTimeout;
+    if (errno != EINTR) return Status::kError;
+  }
+}
+
+UniqueFd try_address(const addrinfo& ai, Clock::time_point deadline, std::string* error) {
+  UniqueFd fd(
+      ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
+  if (!fd) {
+    *error = std::strerror(errno);
+    return {};
+  }
+  int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      *error = std::strerror(errno);
+      return {};
+    }
+    if (wait_for(fd.get(), POLLOUT, deadline) != Status::kOk) {
+      *error = "connect timed out";
+      return {};
+    }
+    int so_error = 0;
+    socklen_t len = sizeof so_error;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len);
+    if (so_error != 0) {
+      *error = std::strerror(so_error);
+      return {};
+    }
+  }
+  return fd;
+}
+
+}  // namespace
+
+UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
+                     std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &result);
+  if (rc != 0) {
+    *error = std::string("cannot resolve host: ") + gai_strerror(rc);
+    return {};
+  }
+  UniqueFd fd;
+  for (addrinfo* ai = result; ai != nullptr && !fd; ai = ai->ai_next) {
+    fd = try_address(*ai, deadline, error);
+  }
+  ::freeaddrinfo(result);
+  return fd;
+}
+
+Status send_all(int fd, const char* data, size_t size, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::send(fd, data + done, size - done, MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      Status s = wait_for(fd, POLLOUT, deadline);
+      if (s != Status::kOk) return s;
+      continue;
+    }
+    return (errno == EPIPE || errno == ECONNRESET) ? Status::kClosed : Status::kError;
+  }
+  return Status::kOk;
+}
+
+Status recv_exact(int fd, char* data, size_t size, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::recv(fd, data + done, size - done, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Status::kClosed;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      Status s = wait_for(fd, POLLIN, deadline);
+      if (s != Status::kOk) return s;
+      continue;
+    }
+    return errno == ECONNRESET ? Status::kClosed : Status::kError;
+  }
+  return Status::kOk;
+}
+
+Status wait_readable(int fd, Clock::time_point deadline) {
+  return wait_for(fd, POLLIN, deadline);
+}
+
+}  // namespace ddprun::store::socket_io

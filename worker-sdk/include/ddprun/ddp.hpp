@@ -1,0 +1,9 @@
+// The ddprun worker SDK in one include: environment, process group and collectives,
+// DistributedDataParallel, DistributedSampler, error recording. See worker-sdk/README.md.
+#pragma once
+
+#include "ddprun/data_parallel.hpp"
+#include "ddprun/env.hpp"
+#include "ddprun/process_group.hpp"
+#include "ddprun/record.hpp"
+#include "ddprun/sampler.hpp"

@@ -1,0 +1,84 @@
+// The gradient bucketing engine behind DistributedDataParallel. Internal.
+//
+// Owns one flat tensor per bucket, a post-hook on every parameter's gradient accumulator (and
+// the accumulators themselves, which parameters only reference weakly), and the in-flight
+// all-reduces. Hooks may run on autograd's device threads; all state is guarded by mu_.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "compat.hpp"
+#include "ddprun/data_parallel.hpp"
+#include "ddprun/process_group.hpp"
+#include "shm_allreduce.hpp"
+
+namespace ddprun {
+
+class Reducer {
+ public:
+  // `params` are the trainable parameters in module order; `names` their qualified names.
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, ProcessGroup& group,
+          const DdpOptions& options);
+  ~Reducer();  // removes the hooks
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Whether the next backward all-reduces (false under no_sync).
+  void set_sync(bool sync);
+  std::vector<BucketInfo> layout() const;
+  bool uses_shared_memory() const { return shm_ != nullptr; }
+
+  // Called by the accumulator hook of parameter `index` after its .grad was updated.
+  void on_grad_ready(size_t index);
+
+ private:
+  struct Bucket {
+    at::Tensor flat;                // gradients, packed, in the parameters' dtype
+    at::Tensor wire;                // fp16/bf16 copy sent instead of `flat`, when compressing
+    int64_t shm_offset = 0;         // where `flat` lives in the shared-memory slot
+    std::vector<size_t> params;     // parameter indices, in fill order
+    std::vector<at::Tensor> views;  // views[i]: params[i]'s slice of `flat`, shaped like it
+    size_t pending = 0;             // gradients still missing in this backward
+    bool launched = false;
+    Work work;
+  };
+  struct Slot {
+    size_t bucket = 0;
+    size_t position = 0;  // index into Bucket::params/views
+    bool ready = false;
+    bool viewable = false;  // contiguous: .grad can alias the bucket
+  };
+
+  void build_buckets();
+  bool shared_memory_eligible() const;
+  void launch_ready_buckets();  // in index order, as far as complete
+  void finalize();              // end of backward (autograd engine callback)
+  void reset();
+  // Alone on a CPU there is nothing to exchange. NCCL keeps the collective (a cheap kernel), so a
+  // one-GPU run takes the path multi-GPU runs take.
+  bool communicates() const { return group_.size() > 1 || group_.backend() == Backend::kNccl; }
+  std::string describe(size_t index) const;
+
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  ProcessGroup& group_;
+  DdpOptions options_;
+  double scale_;
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  std::vector<compat::GradAccumulatorPtr> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+  std::unique_ptr<ShmAllReduce> shm_;  // same-host transport for the buckets, when usable
+
+  mutable std::mutex mu_;
+  bool sync_ = true;
+  bool callback_queued_ = false;
+  size_t next_launch_ = 0;
+};
+
+}  // namespace ddprun
