@@ -65,6 +65,7 @@ class Agent::Impl {
  private:
   asio::awaitable<int> loop();
   asio::awaitable<void> stop_group(int sig);
+  asio::awaitable<int> stop_for_signal(std::vector<ProcessFailure> failures);
   std::vector<WorkerLaunch> make_launches(const std::string& attempt_dir);
   StreamTarget stream_target(int local_rank, Std which, int console_fd, const std::string& rank_dir,
                              const std::string& attempt_dir);
@@ -87,6 +88,7 @@ class Agent::Impl {
                " running worker(s), SIGKILL after " + seconds_text(spec_.shutdown_timeout) +
                " (a second signal kills them now)");
       if (stopping_ && pctx_) pctx_->signal_all(sig);
+      if (in_rendezvous_) rdzv_->interrupt();
     } else {
       escalate_ = true;
       log_line("received " + signal_name(sig) + " again: killing the workers now");
@@ -120,7 +122,8 @@ class Agent::Impl {
   std::optional<int> signal_;
   bool escalate_ = false;
   bool stopping_ = false;
-  std::set<int> reported_;  // local ranks whose failure was already collected this attempt
+  bool in_rendezvous_ = false;  // waiting in next_rendezvous or the exit barrier
+  std::set<int> reported_;      // local ranks whose failure was already collected this attempt
   std::shared_ptr<UniqueFd> filtered_stdout_;  // this attempt's filtered_stdout.log
   std::shared_ptr<UniqueFd> filtered_stderr_;
 };
@@ -136,16 +139,34 @@ asio::awaitable<int> Agent::Impl::loop() {
   const bool keep_logs = !logs->temporary() || spec_.redirects.is_map() || spec_.tee.is_map() ||
                          spec_.redirects.for_rank(0) != Std::kNone ||
                          spec_.tee.for_rank(0) != Std::kNone;
-  int remaining_restarts = spec_.max_restarts;
+  rdzv_->on_round_end([this] { wake_.notify(); });
   for (;;) {
     RendezvousInfo info;
+    std::optional<RendezvousError> rdzv_error;
     try {
+      in_rendezvous_ = true;
       info = co_await rdzv_->next_rendezvous(group_.restart_count, spec_.local_world_size);
     } catch (const RendezvousError& e) {
-      log_line(std::string("error: ") + e.what());
-      co_return 1;
+      rdzv_error = e;
     }
-    if (signal_) co_return 128 + *signal_;
+    in_rendezvous_ = false;
+    if (rdzv_error) {
+      co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
+      if (signal_) co_return 128 + *signal_;
+      if (rdzv_error->exit_code() == 0) {
+        log_line(rdzv_error->what());
+        if (!keep_logs) logs->remove_temporary();
+      } else {
+        log_line(std::string("error: ") + rdzv_error->what());
+      }
+      co_return rdzv_error->exit_code();
+    }
+    if (signal_) {
+      co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
+      co_return 128 + *signal_;
+    }
+    group_.restart_count = info.restart_count;
+    if (info.max_restarts >= 0) group_.max_restarts = info.max_restarts;
     group_.group_rank = info.group_rank;
     group_.group_world_size = info.group_world_size;
     group_.master_addr = info.master_addr;
@@ -155,69 +176,103 @@ asio::awaitable<int> Agent::Impl::loop() {
     group_.assign_ranks(info.base_global_rank, info.world_size);
 
     std::string attempt_dir;
+    bool started_ok = false;
     try {
       attempt_dir = logs->make_attempt(group_.restart_count, spec_.local_world_size);
       reported_.clear();
       pctx_ = std::make_unique<ProcessContext>(io_, guardian_, [this](int) { wake_.notify(); });
       pctx_->start(spec_.program, make_launches(attempt_dir), reset_signals_);
+      started_ok = true;
     } catch (const std::exception& e) {
       log_line(std::string("error: cannot start the workers: ") + e.what());
       pctx_.reset();
+    }
+    if (!started_ok) {
+      co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
       co_return 1;
     }
     group_.set_state(WorkerState::kHealthy);
     log_started(info, *logs);
     const auto started = Clock::now();
 
-    while (!signal_ && !any_failed() && !pctx_->all_exited()) co_await wake_.wait();
+    while (!signal_ && !any_failed() && !pctx_->all_exited() && !rdzv_->round_end()) {
+      co_await wake_.wait();
+    }
 
-    if (signal_) {
-      co_await stop_group(*signal_);
+    if (signal_) co_return co_await stop_for_signal({});
+
+    std::vector<ProcessFailure> failures;
+    RoundEnd end;
+    if (auto ended = rdzv_->round_end()) {
+      // Another node (or the store) ended the round while our workers ran.
+      end = *ended;
+      log_line("round " + std::to_string(info.round) + ": " + end.what + ": stopping " +
+               std::to_string(pctx_->running()) + " running worker(s)");
+      failures = collect_failures(false);
+      co_await stop_group(SIGTERM);
+      for (auto& f : collect_failures(true)) failures.push_back(std::move(f));
       group_.set_state(WorkerState::kStopped);
-      co_await rdzv_->shutdown(false);
-      log_line("workers stopped after " + signal_name(*signal_) + "; exiting with " +
-               std::to_string(128 + *signal_));
-      co_return 128 + *signal_;
-    }
-    if (!any_failed()) {
-      group_.set_state(WorkerState::kSucceeded);
-      co_await rdzv_->shutdown(true);
+    } else if (!any_failed()) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-      log_line("attempt " + std::to_string(group_.restart_count) + ": all " +
-               std::to_string(spec_.local_world_size) + " workers exited 0 (" +
-               std::to_string(ms.count()) + " ms)");
-      if (!keep_logs) logs->remove_temporary();
-      co_return 0;
-    }
-
-    group_.set_state(WorkerState::kUnhealthy);
-    std::vector<ProcessFailure> failures = collect_failures(false);
-    co_await stop_group(SIGTERM);
-    for (auto& f : collect_failures(true)) failures.push_back(std::move(f));
-    group_.set_state(WorkerState::kStopped);
-
-    if (signal_) {
-      co_await rdzv_->shutdown(false);
-      if (!failures.empty()) {
-        std::string summary =
-            "\n" + format_failure_summary(spec_.entrypoint_name, failures, host_name());
-        write_all(STDERR_FILENO, summary.data(), summary.size());
+      in_rendezvous_ = true;
+      end = co_await rdzv_->report_success();  // the exit barrier (multi-node)
+      in_rendezvous_ = false;
+      if (signal_) co_return co_await stop_for_signal({});
+      if (end.kind == RoundEnd::Kind::kSucceeded) {
+        group_.set_state(WorkerState::kSucceeded);
+        co_await rdzv_->shutdown(RendezvousHandler::Exit::kSucceeded);
+        log_line("attempt " + std::to_string(group_.restart_count) + ": all " +
+                 std::to_string(spec_.local_world_size) + " workers exited 0 (" +
+                 std::to_string(ms.count()) + " ms)");
+        if (!keep_logs) logs->remove_temporary();
+        co_return 0;
       }
-      log_line("workers stopped after " + signal_name(*signal_) + "; exiting with " +
-               std::to_string(128 + *signal_));
-      co_return 128 + *signal_;
+      // Another node failed, left or arrived before every node finished: run again with them.
+      log_line("round " + std::to_string(info.round) + ": this node's workers exited 0, but " +
+               end.what + " before every node finished");
+      group_.set_state(WorkerState::kStopped);
+    } else {
+      group_.set_state(WorkerState::kUnhealthy);
+      failures = collect_failures(false);
+      end = co_await rdzv_->report_failure();
+      co_await stop_group(SIGTERM);
+      for (auto& f : collect_failures(true)) failures.push_back(std::move(f));
+      group_.set_state(WorkerState::kStopped);
     }
-    if (remaining_restarts > 0) {
-      --remaining_restarts;
+    if (signal_) co_return co_await stop_for_signal(failures);
+
+    switch (end.kind) {
+      case RoundEnd::Kind::kStoreLost:
+        group_.set_state(WorkerState::kFailed);
+        co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
+        log_line("error: " + end.what + "; workers stopped, exiting with 1");
+        co_return 1;
+      case RoundEnd::Kind::kNodeJoined:
+      case RoundEnd::Kind::kNodeLost:
+        group_.set_state(WorkerState::kInit);
+        log_line("re-forming the worker group without spending a restart (restart count stays " +
+                 std::to_string(group_.restart_count) + ")");
+        continue;
+      case RoundEnd::Kind::kSucceeded:  // only from report_success, handled above
+      case RoundEnd::Kind::kWorkerFailed:
+        break;
+    }
+    if (group_.restart_count < group_.max_restarts) {
       ++group_.restart_count;
       group_.set_state(WorkerState::kInit);
       log_line("restarting the worker group: attempt " + std::to_string(group_.restart_count) +
-               " (" + std::to_string(spec_.max_restarts - remaining_restarts) + " of " +
-               std::to_string(spec_.max_restarts) + " restarts used)");
+               " (" + std::to_string(group_.restart_count) + " of " +
+               std::to_string(group_.max_restarts) + " restarts used)");
       continue;
     }
     group_.set_state(WorkerState::kFailed);
-    co_await rdzv_->shutdown(false);
+    co_await rdzv_->shutdown(RendezvousHandler::Exit::kFailed);
+    if (failures.empty()) {
+      log_line("job failed: " + end.what + " and no restarts are left (" +
+               std::to_string(group_.restart_count) + " of " + std::to_string(group_.max_restarts) +
+               " used); exiting with 1");
+      co_return 1;
+    }
     const ProcessFailure& root = root_cause(failures);
     std::string summary =
         "\n" + format_failure_summary(spec_.entrypoint_name, failures, host_name());
@@ -227,6 +282,25 @@ asio::awaitable<int> Agent::Impl::loop() {
              " restart(s); exiting with the root cause's exit code " + std::to_string(code));
     co_return code;
   }
+}
+
+asio::awaitable<int> Agent::Impl::stop_for_signal(std::vector<ProcessFailure> failures) {
+  if (pctx_ && !pctx_->all_exited()) {
+    co_await stop_group(*signal_);
+    for (auto& f : collect_failures(true)) failures.push_back(std::move(f));
+  }
+  if (group_.state() == WorkerState::kHealthy || group_.state() == WorkerState::kUnhealthy) {
+    group_.set_state(WorkerState::kStopped);
+  }
+  co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
+  if (!failures.empty()) {
+    std::string summary =
+        "\n" + format_failure_summary(spec_.entrypoint_name, failures, host_name());
+    write_all(STDERR_FILENO, summary.data(), summary.size());
+  }
+  log_line("workers stopped after " + signal_name(*signal_) + "; exiting with " +
+           std::to_string(128 + *signal_));
+  co_return 128 + *signal_;
 }
 
 asio::awaitable<void> Agent::Impl::stop_group(int sig) {
@@ -342,7 +416,7 @@ void Agent::Impl::log_started(const RendezvousInfo& info, const RunLogDir& logs)
            std::to_string(ws.size()) + " worker(s) (world size " + std::to_string(info.world_size) +
            ", ranks " + ranks + ", store " + info.store_host + ":" +
            std::to_string(info.store_port) + ", run id " + group_.run_id + ", max restarts " +
-           std::to_string(spec_.max_restarts) + ", logs " + logs.path() + ")");
+           std::to_string(group_.max_restarts) + ", logs " + logs.path() + ")");
 }
 
 Agent::Agent(asio::io_context& io, WorkerSpec spec, std::unique_ptr<RendezvousHandler> rdzv,

@@ -1,21 +1,28 @@
 // Agent: supervises the local worker group (after torchelastic's SimpleElasticAgent).
 //
-// Loop: rendezvous (a fresh store per attempt) -> start workers -> wait for an event:
-//   * every worker exited 0            -> SUCCEEDED, exit 0
-//   * a worker exited non-zero         -> UNHEALTHY: log it, stop the others (SIGTERM to each
-//                                         process group, --shutdown-timeout grace, SIGKILL,
-//                                         reap), then restart the group if --max-restarts
-//                                         allow (TORCHELASTIC_RESTART_COUNT + 1), else FAILED:
-//                                         print the failure summary and exit with the root
-//                                         cause's exit code (128 + signal if it was killed)
+// Loop: rendezvous (a fresh workers' store per round) -> start workers -> wait for an event:
+//   * every worker exited 0            -> the exit barrier (multi-node: until every node's
+//                                         workers did) -> SUCCEEDED, exit 0
+//   * a worker exited non-zero         -> UNHEALTHY: log it, tell the other nodes, stop the
+//                                         others (SIGTERM to each process group,
+//                                         --shutdown-timeout grace, SIGKILL, reap), then
+//                                         restart the group if the restart budget allows
+//                                         (TORCHELASTIC_RESTART_COUNT + 1, the same on every
+//                                         node), else FAILED: print the failure summary and
+//                                         exit with the root cause's exit code (128 + signal
+//                                         if it was killed)
+//   * another node ended the round     -> stop the workers; a node joined or died: re-form
+//     (multi-node)                        without spending a restart; another node's worker
+//                                         failed: as above; the store was lost: exit 1
 //   * a signal in --signals-to-handle  -> forward it to every worker's process group, grace,
 //                                         SIGKILL, reap, exit 128 + signal. A second signal
 //                                         skips the grace.
 // Everything is event-driven on one io_context: pidfds for exits, a signal_set for signals,
-// a timer only for the grace period. No threads besides the caller's.
+// the rendezvous handler's round events, timers only for real timeouts.
 //
 // A person sees one line when the workers start (world size, store, attempt), one per
-// failure and restart, and the summary at the end; all on stderr, prefixed "[ddprun] host:pid".
+// rendezvous round, failure and restart, and the summary at the end; all on stderr, prefixed
+// "[ddprun] host:pid".
 #pragma once
 
 #include <boost/asio/io_context.hpp>

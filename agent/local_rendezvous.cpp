@@ -52,10 +52,11 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int rest
   info.use_agent_store = true;
   info.store_host = options_.master_addr;
   info.store_port = server_->port();
+  info.restart_count = restart_count;
   co_return info;
 }
 
-boost::asio::awaitable<void> LocalRendezvous::shutdown(bool) {
+boost::asio::awaitable<void> LocalRendezvous::shutdown(Exit) {
   server_.reset();
   co_return;
 }

@@ -37,7 +37,7 @@ class LocalRendezvous final : public RendezvousHandler {
   const std::string& run_id() const override { return options_.run_id; }
   boost::asio::awaitable<RendezvousInfo> next_rendezvous(int restart_count,
                                                          int local_world_size) override;
-  boost::asio::awaitable<void> shutdown(bool succeeded) override;
+  boost::asio::awaitable<void> shutdown(Exit how) override;
 
  private:
   boost::asio::io_context& io_;

@@ -78,8 +78,15 @@ RunLogDir::RunLogDir(const std::string& base, const std::string& run_id) {
 }
 
 std::string RunLogDir::make_attempt(int restart_count, int local_world_size) const {
+  // A multi-node round re-formed without spending a restart (a node joined or left) keeps
+  // the restart count: its logs go to attempt_<N>.<k> so nothing is overwritten.
   std::string attempt = path_ + "/attempt_" + std::to_string(restart_count);
-  make_dir(attempt);
+  for (int k = 1; ::mkdir(attempt.c_str(), 0755) != 0; ++k) {
+    if (errno != EEXIST) {
+      throw std::system_error(errno, std::generic_category(), "cannot create " + attempt);
+    }
+    attempt = path_ + "/attempt_" + std::to_string(restart_count) + "." + std::to_string(k);
+  }
   for (int r = 0; r < local_world_size; ++r) make_dir(attempt + "/" + std::to_string(r));
   return attempt;
 }

@@ -1,7 +1,7 @@
 // RunLogDir: the job's log directory, torchrun's layout:
 //   <log_dir>/<run_id>_<random>/attempt_<N>/<local_rank>/{stdout.log,stderr.log,error.json}
 // Earlier attempts' directories are kept (torchrun deletes an attempt's logs when a
-// membership change repeats its number; ddprun never reuses an attempt number).
+// membership change repeats its number; ddprun then uses attempt_<N>.1, attempt_<N>.2, ...).
 #pragma once
 
 #include <string>
@@ -17,7 +17,8 @@ class RunLogDir {
   const std::string& path() const { return path_; }
   bool temporary() const { return temporary_; }
 
-  // Creates attempt_<N>/ and one directory per local rank; returns attempt_<N>'s path.
+  // Creates attempt_<N>/ (attempt_<N>.<k> if it exists) and one directory per local rank;
+  // returns its path.
   std::string make_attempt(int restart_count, int local_world_size) const;
 
   // Removes the temporary base directory and everything in it (no-op for a user's --log-dir).

@@ -1,14 +1,16 @@
-// RendezvousHandler: how the agents of a job agree on membership and ranks for each attempt,
-// and where the workers find their store (after torchelastic's RendezvousHandler). The agent
-// loop only talks to this interface; single-node backends live in local_rendezvous.hpp, the
-// multi-node c10d backend plugs in here later.
+// RendezvousHandler: how the agents of a job agree on membership and ranks for each round,
+// where the workers find their store, and how a round ends for every node at once (after
+// torchelastic's RendezvousHandler). The agent loop only talks to this interface; single-node
+// backends live in local_rendezvous.hpp, the multi-node one (c10d and static over our store)
+// in store_rendezvous.hpp.
 //
-// Threads: every method is called on the agent's io_context thread; next_rendezvous() may
-// suspend (a multi-node round waits for peers) but never blocks the thread.
+// Threads: every method is called on the agent's io_context thread; the awaitables may
+// suspend (a multi-node round waits for peers) but never block the thread.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -27,13 +29,38 @@ struct RendezvousInfo {
   bool use_agent_store = true;  // TORCHELASTIC_USE_AGENT_STORE
   std::string store_host;       // where that store listens, as a person should read it
   int store_port = 0;
+  // TORCHELASTIC_RESTART_COUNT and the restart budget, the same on every node of a
+  // multi-node job (kept in the store); a single node echoes the restart count it was given
+  // and leaves max_restarts at -1 (this node's --max-restarts).
+  int restart_count = 0;
+  int max_restarts = -1;
 };
 
-// A rendezvous that cannot complete (e.g. the store's port is taken): the job fails with
-// this message.
+// Why a round ended, as every node of the job sees it: the first event wins.
+struct RoundEnd {
+  enum class Kind {
+    kSucceeded,     // every node's workers exited 0
+    kWorkerFailed,  // a worker failed (here, or on another node): spends a restart
+    kNodeJoined,    // a node waits to join: re-form without spending a restart
+    kNodeLost,      // a node died or left: re-form without it, no restart spent
+    kStoreLost,     // the rendezvous store is gone: stop, exit non-zero
+  };
+  Kind kind = Kind::kSucceeded;
+  bool local = false;  // kWorkerFailed: this node's own workers
+  std::string what;    // for the log: "node 2 (10.0.0.3) lost its connection to the store"
+};
+
+// A rendezvous that cannot complete (e.g. the store's port is taken, the endpoint is
+// unreachable, too few nodes joined): the job ends with this message and exit code (0 for a
+// late node finding the job already finished).
 class RendezvousError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit RendezvousError(const std::string& what, int exit_code = 1)
+      : std::runtime_error(what), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
 };
 
 class RendezvousHandler {
@@ -44,23 +71,41 @@ class RendezvousHandler {
   virtual const std::string& run_id() const = 0;  // TORCHELASTIC_RUN_ID
 
   // Joins the next round for attempt `restart_count` of a node running `local_world_size`
-  // workers. The workers of every attempt get a store with fresh state: torch 2.x workers
+  // workers. The workers of every round get a store with fresh state: torch 2.x workers
   // expect a new store per attempt, torch 1.13 workers prefix keys with /worker/attempt_<N>.
   // Throws RendezvousError.
   virtual boost::asio::awaitable<RendezvousInfo> next_rendezvous(int restart_count,
                                                                  int local_world_size) = 0;
 
-  // Nodes waiting to join the job. A positive number makes the agent restart the group
-  // without spending a restart (torchelastic's scale-up). Always 0 on a single node.
-  virtual int num_nodes_waiting() const { return 0; }
+  // The event that ended the running round, once another node (or the store) ended it;
+  // nullopt while it runs. Single node: always nullopt.
+  virtual std::optional<RoundEnd> round_end() const { return std::nullopt; }
+  // `callback` runs on the io_context whenever round_end() becomes set.
+  virtual void on_round_end(std::function<void()> callback) { (void)callback; }
 
-  // Registers a callback the handler invokes (on the io_context) when the membership
-  // changes while workers run, e.g. a node joined or died. Single-node handlers never call it.
-  virtual void on_membership_change(std::function<void()> callback) { (void)callback; }
+  // This node's workers failed: ends the round for every node. Returns what ended it
+  // (another node's event may have come first).
+  virtual boost::asio::awaitable<RoundEnd> report_failure() {
+    co_return RoundEnd{RoundEnd::Kind::kWorkerFailed, true, {}};
+  }
+  // This node's workers all exited 0: the exit barrier. Returns kSucceeded once every node's
+  // workers have (or after the exit barrier's timeout), else the event that ended the round
+  // first; the node then re-forms with the others.
+  virtual boost::asio::awaitable<RoundEnd> report_success() {
+    co_return RoundEnd{RoundEnd::Kind::kSucceeded, true, {}};
+  }
 
-  // The job is over (the workers are reaped). Multi-node backends wait for the other nodes
-  // here (exit barrier) so the store's host does not leave first; then the store is closed.
-  virtual boost::asio::awaitable<void> shutdown(bool succeeded) = 0;
+  // A signal arrived: abandon blocking waits (next_rendezvous throws, report_success returns).
+  virtual void interrupt() {}
+
+  enum class Exit {
+    kSucceeded,  // the job succeeded
+    kFailed,     // the job failed (no restarts left): close the rendezvous
+    kLeaving,    // this node leaves (a signal, an error): the others go on without it
+  };
+  // The workers are reaped. Multi-node: the store's host waits (bounded) for the others to
+  // leave first; then every connection and store of this agent is closed.
+  virtual boost::asio::awaitable<void> shutdown(Exit how) = 0;
 };
 
 }  // namespace ddprun::agent

@@ -50,7 +50,7 @@ std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker
   set["MASTER_ADDR"] = group.master_addr;
   set["MASTER_PORT"] = std::to_string(group.master_port);
   set["TORCHELASTIC_RESTART_COUNT"] = std::to_string(group.restart_count);
-  set["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
+  set["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(group.max_restarts);
   set["TORCHELASTIC_RUN_ID"] = group.run_id;
   set["TORCHELASTIC_USE_AGENT_STORE"] = group.use_agent_store ? "True" : "False";
   set["TORCHELASTIC_ERROR_FILE"] = error_file;

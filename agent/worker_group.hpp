@@ -42,7 +42,7 @@ struct Worker {
 
 class WorkerGroup {
  public:
-  explicit WorkerGroup(const WorkerSpec& spec) : spec_(&spec) {}
+  explicit WorkerGroup(const WorkerSpec& spec) : max_restarts(spec.max_restarts), spec_(&spec) {}
 
   const WorkerSpec& spec() const { return *spec_; }
   WorkerState state() const { return state_; }
@@ -53,6 +53,7 @@ class WorkerGroup {
   int group_rank = 0;
   int group_world_size = 1;
   int restart_count = 0;
+  int max_restarts = 0;  // TORCHELASTIC_MAX_RESTARTS: the job's budget (multi-node: the store's)
   std::string master_addr;
   int master_port = 0;
   std::string run_id;

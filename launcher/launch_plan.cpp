@@ -9,16 +9,12 @@
 #include "launcher/devices.hpp"
 #include "launcher/entrypoint.hpp"
 #include "launcher/flags.hpp"
+#include "launcher/multinode_plan.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
 constexpr const char* kNotYet = "not implemented yet in this build: ";
-
-bool is_local_host(const std::string& host) {
-  return host.empty() || host == "localhost" || host.starts_with("127.") || host == "::1" ||
-         host == "0.0.0.0" || host == "::" || host == agent::host_name();
-}
 
 int resolve_nproc(const LaunchConfig& c, const GetEnv& getenv) {
   const std::string& n = c.nproc_per_node;
@@ -34,25 +30,6 @@ int resolve_nproc(const LaunchConfig& c, const GetEnv& getenv) {
   }
   if (n == "xpu") throw CliError("--nproc-per-node=xpu: Intel XPUs are not supported by ddprun");
   return static_cast<int>(*parse_int(n));
-}
-
-void refuse_multi_node(const LaunchConfig& c) {
-  if (c.max_nodes > 1) {
-    std::string nn = c.min_nodes == c.max_nodes
-                         ? std::to_string(c.max_nodes)
-                         : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
-    throw CliError(std::string(kNotYet) + "multi-node jobs (--nnodes=" + nn +
-                   "); this build runs one node (--nnodes=1, or --standalone)");
-  }
-  if (c.standalone) return;
-  if (c.node_rank > 0 && c.rdzv_backend == "static") {
-    throw CliError(std::string(kNotYet) + "multi-node jobs (--node-rank=" +
-                   std::to_string(c.node_rank) + "); on one node the rank is 0");
-  }
-  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    throw CliError(std::string(kNotYet) + "the " + c.rdzv_backend +
-                   " rendezvous backend (multi-node); use --standalone on one node");
-  }
 }
 
 agent::LocalRendezvousOptions choose_rendezvous(const LaunchConfig& c, LaunchPlan& plan) {
@@ -72,11 +49,7 @@ agent::LocalRendezvousOptions choose_rendezvous(const LaunchConfig& c, LaunchPla
     return r;
   }
   if (c.rdzv_backend == "c10d") {
-    Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");
-    if (!is_local_host(ep.host)) {
-      throw CliError(std::string(kNotYet) + "multi-node c10d rendezvous through " +
-                     c.rdzv_endpoint + "; on one node use --standalone");
-    }
+    Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");  // local (multinode_plan)
     r.backend = "c10d";
     r.run_id = c.rdzv_id;
     r.port = ep.port < 0 ? 29400 : ep.port;
@@ -148,8 +121,8 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
     throw CliError("--logs-specs loads a Python plugin into torchrun; ddprun has none");
   }
   if (!c.numa_binding.empty()) throw CliError(std::string(kNotYet) + "--numa-binding");
-  refuse_multi_node(c);
-  plan.rendezvous = choose_rendezvous(c, plan);
+  plan.multi_node = multi_node_settings(c, plan.notices);
+  if (!plan.multi_node) plan.rendezvous = choose_rendezvous(c, plan);
 
   agent::WorkerSpec& s = plan.spec;
   s.local_world_size = resolve_nproc(c, getenv);
@@ -201,7 +174,7 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
     }
   }
 
-  if (!c.local_addr.empty()) {
+  if (!c.local_addr.empty() && !plan.multi_node) {
     plan.notices.push_back("--local-addr=" + c.local_addr + " has no effect on a single node");
   }
   if (c.event_log_handler != "null") {

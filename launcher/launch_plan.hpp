@@ -1,13 +1,14 @@
 // The launch plan: a validated LaunchConfig turned into what the agent runs — the WorkerSpec
-// and the single-node rendezvous — after the checks that look at the machine (GPU count,
-// the entrypoint on disk and PATH, the log directory). Multi-node settings are recognised and
-// refused with "not implemented yet in this build" (exit 2) rather than ignored.
+// and the rendezvous (the single-node one, or the multi-node settings) — after the checks
+// that look at the machine (GPU count, the entrypoint on disk and PATH, the log directory).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/local_rendezvous.hpp"
+#include "agent/rdzv_settings.hpp"
 #include "agent/worker_spec.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/launch_config.hpp"
@@ -16,7 +17,8 @@ namespace ddprun::launcher {
 
 struct LaunchPlan {
   agent::WorkerSpec spec;
-  agent::LocalRendezvousOptions rendezvous;
+  agent::LocalRendezvousOptions rendezvous;            // one node
+  std::optional<agent::RendezvousSettings> multi_node;  // set: the store-backed rendezvous
   std::vector<std::string> notices;  // one line each, printed before the workers start
 };
 

@@ -116,16 +116,80 @@ TEST_F(LaunchPlanTest, RendezvousChoices) {
   EXPECT_EQ(c10d.rendezvous.run_id, "j");
 }
 
-TEST_F(LaunchPlanTest, MultiNodeIsRefusedNotIgnored) {
-  for (auto args : std::vector<std::vector<std::string>>{
-           {"--nnodes=2", "train"},
-           {"--nnodes=1:4", "train"},
-           {"--node_rank=1", "train"},
-           {"--rdzv_backend=etcd", "--rdzv_endpoint=h:2379", "train"},
-           {"--rdzv_backend=c10d", "--rdzv_endpoint=otherhost:29400", "train"}}) {
-    EXPECT_NE(error_of(args).find("not implemented yet in this build"), std::string::npos)
-        << args[0];
-  }
+TEST_F(LaunchPlanTest, StaticMultiNode) {
+  auto p = plan({"--nnodes=3", "--node_rank=2", "--master_addr=10.0.0.1", "--master_port=29511",
+                 "--local_addr=10.0.0.3", "train"});
+  ASSERT_TRUE(p.multi_node);
+  const auto& s = *p.multi_node;
+  EXPECT_EQ(s.backend, "static");
+  EXPECT_EQ(s.min_nodes, 3);
+  EXPECT_EQ(s.max_nodes, 3);
+  EXPECT_TRUE(s.static_ranks);
+  EXPECT_EQ(s.node_rank_hint, 2);
+  EXPECT_EQ(s.is_host, std::optional<bool>(false));
+  EXPECT_EQ(s.endpoint_host, "10.0.0.1");
+  EXPECT_EQ(s.endpoint_port, 29511);
+  EXPECT_EQ(s.local_addr, "10.0.0.3");
+  auto host = plan({"--nnodes=2", "--master_addr=h", "train"});
+  EXPECT_EQ(host.multi_node->is_host, std::optional<bool>(true));  // node 0 hosts
+  EXPECT_EQ(host.multi_node->endpoint_port, 29500);                // torchrun's default
+  EXPECT_NE(error_of({"--nnodes=2:3", "train"}).find("fixed number of nodes"), std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--node_rank=2", "train"}).find("expected 0 to 1"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--node_rank=1", "train"}).find("only node has rank 0"), std::string::npos);
+}
+
+TEST_F(LaunchPlanTest, ElasticC10d) {
+  auto p = plan({"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=[fe80::1]:1234",
+                 "--rdzv_id=job7", "--max_restarts=3",
+                 "--rdzv_conf=join_timeout=2.5,last_call_timeout=0,is_host=0,keep_alive_interval=1",
+                 "train"});
+  ASSERT_TRUE(p.multi_node);
+  const auto& s = *p.multi_node;
+  EXPECT_EQ(s.backend, "c10d");
+  EXPECT_EQ(s.min_nodes, 2);
+  EXPECT_EQ(s.max_nodes, 4);
+  EXPECT_FALSE(s.static_ranks);
+  EXPECT_EQ(s.node_rank_hint, -1);  // not given
+  EXPECT_EQ(s.endpoint_host, "fe80::1");
+  EXPECT_EQ(s.endpoint_port, 1234);
+  EXPECT_EQ(s.bind_host, "::");
+  EXPECT_EQ(s.run_id, "job7");
+  EXPECT_EQ(s.max_restarts, 3);
+  EXPECT_EQ(s.join_timeout.count(), 2500);
+  EXPECT_EQ(s.last_call_timeout.count(), 0);
+  EXPECT_EQ(s.keep_alive_interval.count(), 1000);
+  EXPECT_EQ(s.is_host, std::optional<bool>(false));
+  auto dflt = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "train"});
+  EXPECT_EQ(dflt.multi_node->endpoint_port, 29400);
+  EXPECT_FALSE(dflt.multi_node->is_host);  // torchrun's rule, decided at run time
+  bool warned = false;
+  for (const auto& n : dflt.notices) warned |= n.find("--rdzv-id is 'none'") != std::string::npos;
+  EXPECT_TRUE(warned);
+  // One node with a remote endpoint joins that store too.
+  EXPECT_TRUE(plan({"--rdzv_backend=c10d", "--rdzv_endpoint=otherhost:29400", "train"}).multi_node);
+  // One node with a local endpoint keeps the single-node rendezvous.
+  EXPECT_FALSE(plan({"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "train"}).multi_node);
+}
+
+TEST_F(LaunchPlanTest, BadMultiNodeInput) {
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "train"}).find("needs --rdzv-endpoint"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h:2379", "train"})
+                .find("etcd rendezvous backend is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h",
+                      "--rdzv_conf=join_timeout=-1", "train"})
+                .find("join_timeout=-1"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h",
+                      "--rdzv_conf=is_host=maybe", "train"})
+                .find("expected true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--nnodes=2", "--master_port=0", "train"}).find("fixed port"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--standalone", "--nnodes=2", "train"}).find("--standalone runs one node"),
+            std::string::npos);
   EXPECT_NE(error_of({"--run_path", "x.py"}).find("--run-path"), std::string::npos);
 }
 

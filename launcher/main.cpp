@@ -1,4 +1,4 @@
-// ddprun: the launcher and the single-node agent in one process, like torchrun.
+// ddprun: the launcher and the agent in one process, like torchrun.
 //
 // Order matters: parse and validate everything first (bad input exits 2 having started
 // nothing), then fork the orphan guardian while the process is still single-threaded, then
@@ -14,6 +14,7 @@
 #include "agent/guardian.hpp"
 #include "agent/local_rendezvous.hpp"
 #include "agent/log.hpp"
+#include "agent/store_rendezvous.hpp"
 #include "agent/unique_fd.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/launch_plan.hpp"
@@ -82,7 +83,12 @@ int main(int argc, char** argv) {
     agent::log_line(std::string("warning: no orphan guardian: ") + e.what());
   }
   boost::asio::io_context io(1);
-  auto rendezvous = std::make_unique<agent::LocalRendezvous>(io, plan.rendezvous);
+  std::unique_ptr<agent::RendezvousHandler> rendezvous;
+  if (plan.multi_node) {
+    rendezvous = std::make_unique<agent::StoreRendezvous>(io, *plan.multi_node);
+  } else {
+    rendezvous = std::make_unique<agent::LocalRendezvous>(io, plan.rendezvous);
+  }
   agent::Agent job(io, std::move(plan.spec), std::move(rendezvous), guardian.get());
   return job.run();
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "store/socket_io.hpp"
@@ -293,6 +294,26 @@ void Client::ping() {
   char echo[4];
   recv(echo, 4, deadline());
   if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
+}
+
+void Client::set_will(std::string_view key, std::string_view expected, std::string_view desired) {
+  std::string f = frame(Op::kSetWill, key);
+  wire::put_bytes(f, expected);
+  wire::put_bytes(f, desired);
+  send(f, deadline());
+  if (recv_u8(deadline()) != kExtensionAck) fail(Kind::kProtocol, "bad reply to SET_WILL");
+}
+
+void Client::keep_alive(std::chrono::milliseconds interval, int probes) {
+  if (interval.count() <= 0 || probes < 1) {
+    throw std::invalid_argument("keep_alive: interval and probes must be positive");
+  }
+  std::string f = frame(Op::kKeepAlive);
+  wire::put_i64(f, interval.count());
+  wire::put_u32(f, static_cast<uint32_t>(probes));
+  send(f, deadline());
+  if (recv_u8(deadline()) != kExtensionAck) fail(Kind::kProtocol, "bad reply to KEEP_ALIVE");
+  socket_io::set_keep_alive(fd_.get(), interval, probes);  // best effort on our side
 }
 
 void Client::interrupt() {

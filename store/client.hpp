@@ -78,6 +78,16 @@ class Client {
   void ping();
   void interrupt();  // thread-safe
 
+  // ddprun-only (our Server; torch's servers close the connection, which throws kClosed):
+  // when this connection ends, for any reason (closed, the process killed, the host gone),
+  // the server applies COMPARE_SET(key, expected, desired). An empty key clears the will; a
+  // new will replaces the previous one.
+  void set_will(std::string_view key, std::string_view expected, std::string_view desired);
+  // ddprun-only: TCP keep-alive on both ends of this connection: a peer that stops answering
+  // is dropped after about interval x probes (the server then applies the will; a blocked
+  // call here throws kClosed).
+  void keep_alive(std::chrono::milliseconds interval, int probes);
+
  private:
   using Clock = std::chrono::steady_clock;
   Client(UniqueFd fd, ClientOptions options, std::string peer);

@@ -2,6 +2,9 @@
 #include "store/client.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -145,6 +148,49 @@ TEST_F(ClientTest, InterruptUnblocksAWait) {
   }
   t.join();
   EXPECT_THROW(c->ping(), StoreError);
+}
+
+TEST_F(ClientTest, LastWillFiresWhenTheConnectionCloses) {
+  auto watcher = connect();
+  auto a = connect();
+  a->keep_alive(1s, 3);
+  a->set_will("/job/change", "", "dead:a");
+  a->set("/job/x", "1");  // the connection keeps working
+  std::thread closer([&] {
+    std::this_thread::sleep_for(20ms);
+    a.reset();  // closed: the server applies the will
+  });
+  watcher->wait({"/job/change"}, 10s);
+  closer.join();
+  EXPECT_EQ(watcher->get("/job/change"), "dead:a");
+  // A will is a compare-and-set: the first event stays.
+  auto b = connect();
+  b->set_will("/job/change", "", "dead:b");
+  b.reset();
+  auto c = connect();
+  c->set_will("/job/gone", "", "dead:c");
+  c->set_will("", "", "");  // cleared
+  c.reset();
+  EXPECT_EQ(watcher->get("/job/change"), "dead:a");
+  watcher->ping();  // the server has handled c's close by now (one connection, in order)
+  EXPECT_FALSE(watcher->check({"/job/gone"}));
+}
+
+TEST_F(ClientTest, LastWillFiresWhenTheProcessIsKilled) {
+  auto watcher = connect();
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto a = connect();
+    a->set_will("/killed", "", "yes");
+    a->set("/ready", "1");
+    ::pause();  // SIGKILLed here: the kernel closes the socket
+    ::_exit(0);
+  }
+  watcher->wait({"/ready"}, 10s);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  watcher->wait({"/killed"}, 10s);
+  EXPECT_EQ(watcher->get("/killed"), "yes");
 }
 
 TEST(ClientConnectTest, RetriesUntilTheServerListens) {

@@ -1,11 +1,15 @@
 #include "store/connection.hpp"
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
+#include <cstring>
 
 #include "store/log.hpp"
+#include "store/socket_io.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -72,6 +76,7 @@ asio::awaitable<void> Connection::run(std::shared_ptr<Connection> self) {
     }
   }
   c.close();
+  c.session_.fire_will();  // after close(): the will's waiters may be anywhere but here
 }
 
 bool Connection::consume(const char* data, size_t size) {
@@ -114,6 +119,15 @@ void Connection::flush(bool arm) {
       return;
     }
     if (ec) return close();  // peer gone: the read side ends the coroutine
+  }
+}
+
+void Connection::on_keep_alive(int64_t interval_ms, uint32_t probes) {
+  int n = static_cast<int>(std::min<uint32_t>(probes, 1000));
+  if (!socket_io::set_keep_alive(socket_.native_handle(), std::chrono::milliseconds(interval_ms),
+                                 n)) {
+    log_line(core_->options.log_prefix,
+             "cannot enable keep-alive for " + peer() + ": " + std::strerror(errno));
   }
 }
 

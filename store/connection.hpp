@@ -33,6 +33,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   bool consume(const char* data, size_t size);
   bool drain_socket();
   void on_output() override { flush(true); }
+  void on_keep_alive(int64_t interval_ms, uint32_t probes) override;
   void flush(bool arm);
   void arm_write();
   void drop(const std::string& reason);

@@ -251,6 +251,28 @@ TEST(FrameParserTest, OpcodeTables) {
   EXPECT_EQ(torch1_opcode(Op::kDeleteKey), 0x08);
   EXPECT_THROW(torch2_opcode(Op::kWatchKey), std::invalid_argument);
   EXPECT_THROW(torch1_opcode(Op::kAppend), std::invalid_argument);
+  // ddprun's extensions: 0x40+ in the 2.x numbering only.
+  EXPECT_EQ(torch2_opcode(Op::kSetWill), 0x40);
+  EXPECT_EQ(torch2_opcode(Op::kKeepAlive), 0x41);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x40)->op, Op::kSetWill);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x41)->op, Op::kKeepAlive);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x42), nullptr);
+  EXPECT_THROW(torch1_opcode(Op::kSetWill), std::invalid_argument);
+}
+
+TEST(FrameParserTest, ExtensionOpsParseIn2xOnly) {
+  auto p = parse(torch2_hello() + std::string(v2(Op::kSetWill).str("k").str("").str("v")) +
+                     std::string(v2(Op::kKeepAlive).i64(5000).u32(3)),
+                 1);
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  ASSERT_EQ(p.requests.size(), 2u);
+  EXPECT_EQ(p.requests[0].op, Op::kSetWill);
+  EXPECT_EQ(p.requests[0].keys, std::vector<std::string>{"k"});
+  EXPECT_EQ(p.requests[0].values, (std::vector<std::string>{"", "v"}));
+  EXPECT_EQ(p.requests[1].op, Op::kKeepAlive);
+  EXPECT_EQ(p.requests[1].integer, 5000);
+  EXPECT_EQ(p.requests[1].word, 3u);
+  EXPECT_EQ(parse("\x40").error, "unknown opcode 0x40 in the torch-1.13 dialect");
 }
 
 }  // namespace

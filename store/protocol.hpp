@@ -45,6 +45,9 @@ enum class Op : uint8_t {
   kQueueLen,
   kListKeys,
   kBarrier,
+  // ddprun-only extensions, 2.x dialect only (opcodes 0x40+, see kSetWillOpcode):
+  kSetWill,    // str key, bytes expected, bytes desired -> u8 kExtensionAck
+  kKeepAlive,  // i64 interval_ms, u32 probes -> u8 kExtensionAck
 };
 
 // Field layout of a request after its opcode byte.
@@ -72,6 +75,17 @@ inline constexpr uint8_t kWaitCanceled = 0x01;
 inline constexpr uint8_t kCheckReady = 0x00;
 inline constexpr uint8_t kCheckNotReady = 0x01;
 inline constexpr uint8_t kWatchRegistered = 0x03;
+
+// ddprun-only ops in the 2.x numbering (torch 2.x uses 0x00-0x12; 0x40+ is left to us).
+// SET_WILL: when this connection ends, for any reason, the server applies
+// COMPARE_SET(key, expected, desired) (an empty key clears the will; a new will replaces the
+// previous one). KEEP_ALIVE: TCP keep-alive on the server's end of this connection (idle =
+// interval, then a probe every interval; dropped, and the will applied, after about
+// interval x probes of silence from a vanished peer). Both reply kExtensionAck. A server
+// without them (torch's) closes the connection: that is how a client learns they are missing.
+inline constexpr uint8_t kSetWillOpcode = 0x40;
+inline constexpr uint8_t kKeepAliveOpcode = 0x41;
+inline constexpr uint8_t kExtensionAck = 0x01;
 
 // Decodes an opcode byte of a known dialect; nullptr for an opcode the dialect lacks.
 const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode);

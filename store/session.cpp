@@ -59,6 +59,14 @@ void Session::release_held() {
   std::string().swap(held_);
 }
 
+void Session::fire_will() {
+  if (!will_) return;
+  if (parked()) state_.cancel_wait(*this);  // the connection is gone: nobody to wake here
+  Will w = std::move(*will_);
+  will_.reset();
+  state_.compare_set(std::move(w.key), w.expected, std::move(w.desired));
+}
+
 void Session::on_wake() {
   wire::put_u8(out_, kStopWaiting);
   release_held();
@@ -82,6 +90,23 @@ bool Session::handle(Request& request) {
     case Op::kBarrier:
     case Op::kCancelWait:
       return handle_wait(request);
+    case Op::kSetWill:
+      if (request.keys[0].empty()) {
+        will_.reset();
+      } else {
+        will_ = Will{std::move(request.keys[0]), std::move(request.values[0]),
+                     std::move(request.values[1])};
+      }
+      wire::put_u8(reply(), kExtensionAck);
+      return true;
+    case Op::kKeepAlive:
+      if (request.integer <= 0 || request.word == 0) {
+        return fail("KEEP_ALIVE with interval " + std::to_string(request.integer) + " ms and " +
+                    std::to_string(request.word) + " probes");
+      }
+      listener_.on_keep_alive(request.integer, request.word);
+      wire::put_u8(reply(), kExtensionAck);
+      return true;
     case Op::kSet:
     case Op::kCompareSet:
     case Op::kAdd:

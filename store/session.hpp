@@ -12,6 +12,8 @@
 // Not thread-safe: the io_context thread only.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +28,11 @@ namespace ddprun::store {
 class OutputListener {
  public:
   virtual void on_output() = 0;
+  // KEEP_ALIVE (ddprun-only): turn on TCP keep-alive for this connection's socket.
+  virtual void on_keep_alive(int64_t interval_ms, uint32_t probes) {
+    (void)interval_ms;
+    (void)probes;
+  }
 
  protected:
   ~OutputListener() = default;
@@ -51,6 +58,10 @@ class Session final : private Waiter {
   Dialect dialect() const { return parser_.dialect(); }
   bool waiting() const { return parked(); }
 
+  // The connection ended (for any reason): applies its last will, if any, once (SET_WILL:
+  // COMPARE_SET(key, expected, desired), waking waiters on the key).
+  void fire_will();
+
  private:
   bool handle(Request& request);
   bool handle_read(Request& request);
@@ -68,6 +79,10 @@ class Session final : private Waiter {
   size_t out_pos_ = 0;
   std::string held_;  // replies behind a parked WAIT/BARRIER
   std::string error_;
+  struct Will {
+    std::string key, expected, desired;
+  };
+  std::optional<Will> will_;
 };
 
 }  // namespace ddprun::store

@@ -190,5 +190,60 @@ TEST(SessionTest, ClosingWhileParkedUnparks) {
   setter.send(v1(Op::kSet).str("k").str("v"));  // must not touch the closed session
 }
 
+TEST(SessionTest, LastWillIsAppliedOnceWhenTheConnectionEnds) {
+  StoreState state;
+  Peer watcher(state);
+  watcher.send(torch2_hello() + std::string(v2(Op::kWait).keys({"change"})));
+  {
+    Peer agent(state);
+    const std::string ack(1, static_cast<char>(kExtensionAck));
+    EXPECT_EQ(
+        agent.send(torch2_hello() + std::string(v2(Op::kSetWill).str("old").str("").str("x"))),
+        ack);
+    // A new will replaces the previous one.
+    EXPECT_EQ(agent.send(v2(Op::kSetWill).str("change").str("").str("dead:a")), ack);
+    EXPECT_EQ(state.find("change"), nullptr);  // nothing happens while it is open
+    agent.session.fire_will();
+    agent.session.fire_will();  // once only
+  }
+  EXPECT_EQ(*state.find("change"), "dead:a");
+  EXPECT_EQ(state.find("old"), nullptr);
+  EXPECT_EQ(watcher.wakeups, 1);
+  EXPECT_EQ(watcher.take(), std::string(1, '\x00'));
+}
+
+TEST(SessionTest, LastWillIsACompareSetAndCanBeCleared) {
+  StoreState state;
+  state.set("change", "done");
+  Peer a(state);
+  a.send(torch2_hello() + std::string(v2(Op::kSetWill).str("change").str("").str("dead:a")));
+  a.session.fire_will();
+  EXPECT_EQ(*state.find("change"), "done");  // the first event stays
+  Peer b(state);
+  b.send(torch2_hello() + std::string(v2(Op::kSetWill).str("other").str("").str("dead:b")));
+  b.send(v2(Op::kSetWill).str("").str("").str(""));  // cleared
+  b.session.fire_will();
+  EXPECT_EQ(state.find("other"), nullptr);
+}
+
+struct KeepAlivePeer : Peer {
+  using Peer::Peer;
+  void on_keep_alive(int64_t interval_ms, uint32_t probes) override {
+    calls.emplace_back(interval_ms, probes);
+  }
+  std::vector<std::pair<int64_t, uint32_t>> calls;
+};
+
+TEST(SessionTest, KeepAliveReachesTheConnectionAndBadValuesClose) {
+  StoreState state;
+  KeepAlivePeer p(state);
+  EXPECT_EQ(p.send(torch2_hello() + std::string(v2(Op::kKeepAlive).i64(1500).u32(3))),
+            std::string(1, static_cast<char>(kExtensionAck)));
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0], std::make_pair(int64_t{1500}, uint32_t{3}));
+  EXPECT_FALSE(p.session.feed(v2(Op::kKeepAlive).i64(0).u32(3)));
+  EXPECT_EQ(p.session.error(), "KEEP_ALIVE with interval 0 ms and 3 probes");
+}
+
 }  // namespace
 }  // namespace ddprun::store

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -124,6 +125,20 @@ Status recv_exact(int fd, char* data, size_t size, Clock::time_point deadline) {
 
 Status wait_readable(int fd, Clock::time_point deadline) {
   return wait_for(fd, POLLIN, deadline);
+}
+
+bool set_keep_alive(int fd, std::chrono::milliseconds interval, int probes) {
+  const long long ms = std::clamp<long long>(interval.count(), 1, 1LL << 30);
+  const int seconds = static_cast<int>(std::clamp<long long>((ms + 999) / 1000, 1, 32767));
+  const int count = std::clamp(probes - 1, 1, 127);
+  const auto user_timeout =
+      static_cast<unsigned>(std::clamp<long long>(ms * std::max(probes, 2), 1000, 1LL << 30));
+  const int one = 1;
+  return ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &seconds, sizeof seconds) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &seconds, sizeof seconds) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) == 0 &&
+         ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout) == 0;
 }
 
 }  // namespace ddprun::store::socket_io

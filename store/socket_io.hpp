@@ -22,5 +22,9 @@ Status send_all(int fd, const char* data, size_t size, Clock::time_point deadlin
 Status recv_exact(int fd, char* data, size_t size, Clock::time_point deadline);
 // Waits until the socket is readable (or closed) without consuming anything.
 Status wait_readable(int fd, Clock::time_point deadline);
+// TCP keep-alive: the first probe after `interval` idle, then one every `interval`; the
+// connection fails after about interval x probes without an answer (TCP_USER_TIMEOUT too,
+// for data the vanished peer never acknowledges). False (errno set) if a setsockopt failed.
+bool set_keep_alive(int fd, std::chrono::milliseconds interval, int probes);
 
 }  // namespace ddprun::store::socket_io

@@ -1,0 +1,146 @@
+"""Nodes as truly separate hosts: one network namespace per node, joined by veth pairs on a
+bridge, each node reachable only at its own address. A static gloo job across them; an elastic
+job whose third host vanishes without closing its connections (its link goes down: no FIN,
+no RST) is noticed through keep-alive, the survivors re-form, and the cut-off node stops its
+workers on its own. Needs root and `ip netns` (skipped otherwise); everything it creates is
+removed, whatever happens."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from mn_helpers import (EXAMPLES, Cluster, all_dead, c10d_flags, clean_env, free_port, records,
+                        wait_until, worker)
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+class Hosts:
+    """N namespaces on one bridge: host i has address 10.213.<k>.<i+1>/24."""
+
+    def __init__(self, n):
+        self.tag = f"{os.getpid() % 100000}"
+        self.bridge = f"ddpb{self.tag}"
+        self.subnet = f"10.213.{os.getpid() % 250}"
+        self.names = [f"ddpn{self.tag}_{i}" for i in range(n)]
+        self.veths = [f"ddpv{self.tag}_{i}" for i in range(n)]
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("link", "set", self.bridge, "up")
+        for i, (ns, veth) in enumerate(zip(self.names, self.veths)):
+            ip("netns", "add", ns)
+            ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            ip("link", "set", veth, "master", self.bridge)
+            ip("link", "set", veth, "up")
+            ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+
+    def addr(self, i):
+        return f"{self.subnet}.{i + 1}"
+
+    def cut(self, i):
+        """Host i vanishes from the network: its link drops every packet, nothing is closed."""
+        ip("link", "set", self.veths[i], "down")
+
+    def close(self):
+        for ns in self.names:
+            pids = ip("netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            ip("netns", "del", ns, check=False)
+        for veth in self.veths:
+            ip("link", "del", veth, check=False)
+        ip("link", "del", self.bridge, check=False)
+
+
+def netns_unavailable():
+    if os.geteuid() != 0:
+        return "needs root for ip netns"
+    probe = f"ddpprobe{os.getpid()}"
+    try:
+        r = ip("netns", "add", probe, check=False)
+    except FileNotFoundError:
+        return "the ip command (iproute2) is not installed"
+    if r.returncode != 0:
+        return f"ip netns does not work here: {r.stderr.strip()}"
+    ip("netns", "del", probe, check=False)
+    return None
+
+
+UNAVAILABLE = netns_unavailable()
+pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
+
+
+@pytest.fixture
+def hosts():
+    created = []
+
+    def make(n):
+        h = Hosts(n)
+        created.append(h)
+        return h
+
+    yield make
+    for h in created:
+        h.close()
+
+
+@pytest.fixture
+def cluster(ddprun, tmp_path):
+    c = Cluster(ddprun, tmp_path)
+    yield c
+    c.close()
+
+
+def test_static_gloo_job_across_two_hosts(hosts, cluster, tmp_path):
+    h = hosts(2)
+    port = free_port()
+    out = tmp_path / "result.json"
+    flags = lambda r: ["--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
+                       f"--master_addr={h.addr(0)}", f"--master_port={port}"]
+    # Gloo finds its own address from the host name (the same in every namespace, and on
+    # loopback here); real hosts resolve theirs, namespaces name the interface.
+    env = clean_env(GLOO_SOCKET_IFNAME="eth0")
+    nodes = [cluster.agent(flags(r), str(EXAMPLES / "ddp_gloo.py"), "--out", out,
+                           addr=h.addr(r), netns=h.names[r], env=env) for r in (1, 0)]
+    for p in nodes:
+        assert p.wait(180) == 0, p.log()
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 4
+    assert result["rank_sum"] == 10.0
+
+
+def test_vanished_host_is_noticed_by_keep_alive(hosts, cluster, tmp_path, ddpstore):
+    h = hosts(4)  # host 0: the ddpstore; hosts 1-3: the nodes
+    _, port = cluster.ddpstore(ddpstore, host=h.addr(0), netns=h.names[0])
+    log, go = tmp_path / "log", tmp_path / "go"
+    conf = ("join_timeout=60,last_call_timeout=1,close_timeout=10,keep_alive_interval=1,"
+            "keep_alive_max_attempt=2")
+    flags = c10d_flags(f"{h.addr(0)}:{port}", "2:3", "vanish", conf=conf)
+    agents = [cluster.agent(flags, worker("record.py"), log, "--wait-for", go, addr=h.addr(i),
+                            netns=h.names[i]) for i in (1, 2, 3)]
+    first = wait_until(lambda: len(records(log)) == 3 and records(log), "the 3-node group")
+    assert {r["GROUP_WORLD_SIZE"] for r in first} == {"3"}
+    lost = next(r for r in first if r["GROUP_RANK"] == "2")
+    h.cut(3)  # host 3 (the naturally largest address: node rank 2) is gone
+    recs = wait_until(lambda: len(records(log)) == 5 and records(log), "the survivors' group",
+                      timeout=60)
+    second = recs[3:]
+    assert {r["GROUP_WORLD_SIZE"] for r in second} == {"2"}
+    assert {r["TORCHELASTIC_RESTART_COUNT"] for r in second} == {"0"}
+    assert "is gone (its connection to the store closed)" in agents[0].log()
+    # The cut-off node loses the store the same way, stops its worker and exits.
+    assert agents[2].wait(60) == 1, agents[2].log()
+    assert re.search(r"lost the rendezvous store at .*; workers stopped", agents[2].log()), \
+        agents[2].log()
+    assert all_dead([lost["pid"]])
+    go.touch()
+    for a in agents[:2]:
+        assert a.wait(60) == 0, a.log()
