@@ -1,37 +1,13 @@
-// RAII ownership of file descriptors, and the pipes the agent creates.
+// File descriptors the agent owns (store::UniqueFd), and the pipes and files it creates.
 #pragma once
 
-#include <unistd.h>
+#include <cstddef>
 
-#include <utility>
+#include "store/unique_fd.hpp"
 
 namespace ddprun::agent {
 
-// Owns one file descriptor and closes it on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+using store::UniqueFd;
 
 struct Pipe {
   UniqueFd read;

@@ -31,7 +31,7 @@ const std::vector<Flag>& flag_table() {
       {"rdzv_conf", 0, true, "K=V,...",
        "seconds: join_timeout=600, last_call_timeout=30, close_timeout=30, read_timeout=60, "
        "keep_alive_interval=5, keep_alive_max_attempt=3 (a count), exit_barrier_timeout=300; "
-       "is_host=true|false",
+       "is_host=true|false, store_type=tcp; accepted, unused: heartbeat_timeout, use_libuv",
        "rendezvous"},
       {"standalone", 0, false, "",
        "one node, a store on a free loopback port and a fresh run id (overrides the rdzv flags)",

@@ -1,4 +1,5 @@
-// The one owner of a file descriptor: closes it on destruction.
+// The one owner of a file descriptor: closes it on destruction. Move-only. The agent uses it
+// too (agent/unique_fd.hpp).
 #pragma once
 
 #include <unistd.h>
@@ -21,6 +22,7 @@ class UniqueFd {
   ~UniqueFd() { reset(); }
 
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
   explicit operator bool() const { return fd_ >= 0; }
   void reset(int fd = -1) {
     if (fd_ >= 0) ::close(fd_);

@@ -1,10 +1,10 @@
 """Helpers for ddprun's launcher/agent integration tests (real processes, real workers)."""
 import os
-import pathlib
 import subprocess
 
-SOURCE_DIR = pathlib.Path(os.environ.get("DDPRUN_SOURCE_DIR", pathlib.Path(__file__).parents[2]))
-TORCH1_PYTHON = os.environ.get("DDPRUN_TORCH1_PYTHON", "/usr/bin/python3")
+# tests/conftest.py, which pytest has put on sys.path, holds what every suite shares.
+from conftest import SOURCE_DIR, TORCH1_PYTHON, free_port, pid_alive, wait_for  # noqa: F401
+
 EXAMPLES = SOURCE_DIR / "examples" / "python"
 
 
@@ -28,38 +28,3 @@ def run(cmd, env=None, timeout=120, **kwargs):
     """Runs a command to completion, capturing text output."""
     return subprocess.run([str(c) for c in cmd], env=env or clean_env(), timeout=timeout,
                           capture_output=True, text=True, **kwargs)
-
-
-def free_port(host="127.0.0.1"):
-    """A port that was free a moment ago."""
-    import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def pid_alive(pid):
-    """True while `pid` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_for(predicate, timeout=10.0, interval=0.005):
-    """Waits for a condition that has no event to wait on (e.g. a file a worker writes)."""
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
