@@ -11,14 +11,16 @@
 #include <set>
 
 #include "agent/failure.hpp"
-#include "agent/guardian.hpp"
-#include "agent/log.hpp"
-#include "agent/log_dir.hpp"
-#include "agent/process_context.hpp"
+#include "agent/process/guardian.hpp"
+#include "store/sys/log.hpp"
+#include "agent/process/log_dir.hpp"
+#include "agent/process/process_context.hpp"
 #include "agent/template.hpp"
 #include "agent/wakeup.hpp"
 #include "agent/worker_env.hpp"
 #include "agent/worker_group.hpp"
+#include "store/sys/fd.hpp"
+#include "store/sys/time_text.hpp"
 
 namespace ddprun::agent {
 
@@ -51,7 +53,7 @@ class Agent::Impl {
         try {
           std::rethrow_exception(error);
         } catch (const std::exception& e) {
-          log_line(std::string("error: ") + e.what());
+          sys::log_line(std::string("error: ") + e.what());
         }
       }
       io_.stop();
@@ -84,22 +86,16 @@ class Agent::Impl {
     if (!signal_) {
       signal_ = sig;
       size_t running = pctx_ ? pctx_->running() : 0;
-      log_line("received " + signal_name(sig) + ": forwarding it to " + std::to_string(running) +
-               " running worker(s), SIGKILL after " + seconds_text(spec_.shutdown_timeout) +
+      sys::log_line("received " + signal_name(sig) + ": forwarding it to " + std::to_string(running) +
+               " running worker(s), SIGKILL after " + sys::seconds_text(spec_.shutdown_timeout) +
                " (a second signal kills them now)");
       if (stopping_ && pctx_) pctx_->signal_all(sig);
       if (in_rendezvous_) rdzv_->interrupt();
     } else {
       escalate_ = true;
-      log_line("received " + signal_name(sig) + " again: killing the workers now");
+      sys::log_line("received " + signal_name(sig) + " again: killing the workers now");
     }
     wake_.notify();
-  }
-
-  static std::string seconds_text(std::chrono::milliseconds d) {
-    auto ms = d.count();
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-    return std::to_string(ms / 1000) + "." + std::to_string((ms % 1000) / 100) + " s";
   }
 
   bool any_failed() const {
@@ -124,8 +120,8 @@ class Agent::Impl {
   bool stopping_ = false;
   bool in_rendezvous_ = false;  // waiting in next_rendezvous or the exit barrier
   std::set<int> reported_;      // local ranks whose failure was already collected this attempt
-  std::shared_ptr<UniqueFd> filtered_stdout_;  // this attempt's filtered_stdout.log
-  std::shared_ptr<UniqueFd> filtered_stderr_;
+  std::shared_ptr<sys::UniqueFd> filtered_stdout_;  // this attempt's filtered_stdout.log
+  std::shared_ptr<sys::UniqueFd> filtered_stderr_;
 };
 
 asio::awaitable<int> Agent::Impl::loop() {
@@ -133,7 +129,7 @@ asio::awaitable<int> Agent::Impl::loop() {
   try {
     logs.emplace(spec_.log_dir, rdzv_->run_id());
   } catch (const std::exception& e) {
-    log_line(std::string("error: ") + e.what());
+    sys::log_line(std::string("error: ") + e.what());
     co_return 1;
   }
   const bool keep_logs = !logs->temporary() || spec_.redirects.is_map() || spec_.tee.is_map() ||
@@ -154,10 +150,10 @@ asio::awaitable<int> Agent::Impl::loop() {
       co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
       if (signal_) co_return 128 + *signal_;
       if (rdzv_error->exit_code() == 0) {
-        log_line(rdzv_error->what());
+        sys::log_line(rdzv_error->what());
         if (!keep_logs) logs->remove_temporary();
       } else {
-        log_line(std::string("error: ") + rdzv_error->what());
+        sys::log_line(std::string("error: ") + rdzv_error->what());
       }
       co_return rdzv_error->exit_code();
     }
@@ -184,7 +180,7 @@ asio::awaitable<int> Agent::Impl::loop() {
       pctx_->start(spec_.program, make_launches(attempt_dir), reset_signals_);
       started_ok = true;
     } catch (const std::exception& e) {
-      log_line(std::string("error: cannot start the workers: ") + e.what());
+      sys::log_line(std::string("error: cannot start the workers: ") + e.what());
       pctx_.reset();
     }
     if (!started_ok) {
@@ -206,7 +202,7 @@ asio::awaitable<int> Agent::Impl::loop() {
     if (auto ended = rdzv_->round_end()) {
       // Another node (or the store) ended the round while our workers ran.
       end = *ended;
-      log_line("round " + std::to_string(info.round) + ": " + end.what + ": stopping " +
+      sys::log_line("round " + std::to_string(info.round) + ": " + end.what + ": stopping " +
                std::to_string(pctx_->running()) + " running worker(s)");
       failures = collect_failures(false);
       co_await stop_group(SIGTERM);
@@ -221,14 +217,14 @@ asio::awaitable<int> Agent::Impl::loop() {
       if (end.kind == RoundEnd::Kind::kSucceeded) {
         group_.set_state(WorkerState::kSucceeded);
         co_await rdzv_->shutdown(RendezvousHandler::Exit::kSucceeded);
-        log_line("attempt " + std::to_string(group_.restart_count) + ": all " +
+        sys::log_line("attempt " + std::to_string(group_.restart_count) + ": all " +
                  std::to_string(spec_.local_world_size) + " workers exited 0 (" +
                  std::to_string(ms.count()) + " ms)");
         if (!keep_logs) logs->remove_temporary();
         co_return 0;
       }
       // Another node failed, left or arrived before every node finished: run again with them.
-      log_line("round " + std::to_string(info.round) + ": this node's workers exited 0, but " +
+      sys::log_line("round " + std::to_string(info.round) + ": this node's workers exited 0, but " +
                end.what + " before every node finished");
       group_.set_state(WorkerState::kStopped);
     } else {
@@ -245,12 +241,12 @@ asio::awaitable<int> Agent::Impl::loop() {
       case RoundEnd::Kind::kStoreLost:
         group_.set_state(WorkerState::kFailed);
         co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
-        log_line("error: " + end.what + "; workers stopped, exiting with 1");
+        sys::log_line("error: " + end.what + "; workers stopped, exiting with 1");
         co_return 1;
       case RoundEnd::Kind::kNodeJoined:
       case RoundEnd::Kind::kNodeLost:
         group_.set_state(WorkerState::kInit);
-        log_line("re-forming the worker group without spending a restart (restart count stays " +
+        sys::log_line("re-forming the worker group without spending a restart (restart count stays " +
                  std::to_string(group_.restart_count) + ")");
         continue;
       case RoundEnd::Kind::kSucceeded:  // only from report_success, handled above
@@ -260,7 +256,7 @@ asio::awaitable<int> Agent::Impl::loop() {
     if (group_.restart_count < group_.max_restarts) {
       ++group_.restart_count;
       group_.set_state(WorkerState::kInit);
-      log_line("restarting the worker group: attempt " + std::to_string(group_.restart_count) +
+      sys::log_line("restarting the worker group: attempt " + std::to_string(group_.restart_count) +
                " (" + std::to_string(group_.restart_count) + " of " +
                std::to_string(group_.max_restarts) + " restarts used)");
       continue;
@@ -268,17 +264,17 @@ asio::awaitable<int> Agent::Impl::loop() {
     group_.set_state(WorkerState::kFailed);
     co_await rdzv_->shutdown(RendezvousHandler::Exit::kFailed);
     if (failures.empty()) {
-      log_line("job failed: " + end.what + " and no restarts are left (" +
+      sys::log_line("job failed: " + end.what + " and no restarts are left (" +
                std::to_string(group_.restart_count) + " of " + std::to_string(group_.max_restarts) +
                " used); exiting with 1");
       co_return 1;
     }
     const ProcessFailure& root = root_cause(failures);
     std::string summary =
-        "\n" + format_failure_summary(spec_.entrypoint_name, failures, host_name());
-    write_all(STDERR_FILENO, summary.data(), summary.size());
+        "\n" + format_failure_summary(spec_.entrypoint_name, failures, sys::host_name());
+    sys::write_all(STDERR_FILENO, summary.data(), summary.size());
     int code = exit_code_for(root);
-    log_line("job failed after " + std::to_string(group_.restart_count) +
+    sys::log_line("job failed after " + std::to_string(group_.restart_count) +
              " restart(s); exiting with the root cause's exit code " + std::to_string(code));
     co_return code;
   }
@@ -295,10 +291,10 @@ asio::awaitable<int> Agent::Impl::stop_for_signal(std::vector<ProcessFailure> fa
   co_await rdzv_->shutdown(RendezvousHandler::Exit::kLeaving);
   if (!failures.empty()) {
     std::string summary =
-        "\n" + format_failure_summary(spec_.entrypoint_name, failures, host_name());
-    write_all(STDERR_FILENO, summary.data(), summary.size());
+        "\n" + format_failure_summary(spec_.entrypoint_name, failures, sys::host_name());
+    sys::write_all(STDERR_FILENO, summary.data(), summary.size());
   }
-  log_line("workers stopped after " + signal_name(*signal_) + "; exiting with " +
+  sys::log_line("workers stopped after " + signal_name(*signal_) + "; exiting with " +
            std::to_string(128 + *signal_));
   co_return 128 + *signal_;
 }
@@ -312,8 +308,8 @@ asio::awaitable<void> Agent::Impl::stop_group(int sig) {
   }
   if (!pctx_->all_exited()) {
     if (!escalate_) {
-      log_line(std::to_string(pctx_->running()) + " worker(s) still running " +
-               seconds_text(spec_.shutdown_timeout) + " after " + signal_name(sig) +
+      sys::log_line(std::to_string(pctx_->running()) + " worker(s) still running " +
+               sys::seconds_text(spec_.shutdown_timeout) + " after " + signal_name(sig) +
                ": sending SIGKILL");
     }
     pctx_->signal_all(SIGKILL);
@@ -337,7 +333,7 @@ std::vector<ProcessFailure> Agent::Impl::collect_failures(bool only_with_error_f
                                             " (exitcode " + std::to_string(f.exitcode) + ")"
                                       : "failed with exitcode " + std::to_string(f.exitcode);
     std::string detail = f.error_file != "<N/A>" ? ": " + f.message : "";
-    log_line("attempt " + std::to_string(group_.restart_count) + ": worker " +
+    sys::log_line("attempt " + std::to_string(group_.restart_count) + ": worker " +
              std::to_string(w.local_rank) + " (rank " + std::to_string(w.global_rank) + ", pid " +
              std::to_string(f.pid) + ") " + what + detail);
     out.push_back(std::move(f));
@@ -373,12 +369,12 @@ StreamTarget Agent::Impl::stream_target(int local_rank, Std which, int console_f
       templ, {{"role_name", spec_.role},
               {"local_rank", std::to_string(local_rank)},
               {"rank", std::to_string(group_.workers[static_cast<size_t>(local_rank)].global_rank)},
-              {"hostname", host_name()}});
+              {"hostname", sys::host_name()}});
   if (!filters.empty()) {
     auto& shared = which == Std::kOut ? filtered_stdout_ : filtered_stderr_;
     if (!shared) {
-      shared = std::make_shared<UniqueFd>(
-          open_for_write((attempt_dir + "/filtered_" + name + ".log").c_str()));
+      shared = std::make_shared<sys::UniqueFd>(
+          sys::open_for_write((attempt_dir + "/filtered_" + name + ".log").c_str()));
     }
     t.filtered_file = shared;
     t.filters = filters;
@@ -412,7 +408,7 @@ void Agent::Impl::log_started(const RendezvousInfo& info, const RunLogDir& logs)
   std::string ranks = ws.empty() ? "-"
                                  : std::to_string(ws.front().global_rank) + "-" +
                                        std::to_string(ws.back().global_rank);
-  log_line("attempt " + std::to_string(group_.restart_count) + ": started " +
+  sys::log_line("attempt " + std::to_string(group_.restart_count) + ": started " +
            std::to_string(ws.size()) + " worker(s) (world size " + std::to_string(info.world_size) +
            ", ranks " + ranks + ", store " + info.store_host + ":" +
            std::to_string(info.store_port) + ", run id " + group_.run_id + ", max restarts " +

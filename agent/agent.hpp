@@ -28,7 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <memory>
 
-#include "agent/rendezvous.hpp"
+#include "agent/rendezvous/rendezvous.hpp"
 #include "agent/worker_spec.hpp"
 
 namespace ddprun::agent {

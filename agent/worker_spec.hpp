@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/std_streams.hpp"
+#include "agent/process/std_streams.hpp"
 
 namespace ddprun::agent {
 

@@ -3,13 +3,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/log.hpp"
-#include "agent/log_dir.hpp"
+#include "store/sys/log.hpp"
+#include "agent/process/log_dir.hpp"
 #include "agent/worker_env.hpp"
 #include "launcher/devices.hpp"
 #include "launcher/entrypoint.hpp"
 #include "launcher/flags.hpp"
 #include "launcher/multinode_plan.hpp"
+#include "store/sys/random.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -45,7 +46,7 @@ agent::LocalRendezvousOptions choose_rendezvous(const LaunchConfig& c, LaunchPla
     for (const char* f : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
       if (c.given.count(f)) plan.notices.push_back("--standalone: ignoring " + dashed(f));
     }
-    loopback_store(agent::random_uuid());
+    loopback_store(sys::random_uuid());
     return r;
   }
   if (c.rdzv_backend == "c10d") {
@@ -73,7 +74,7 @@ agent::LocalRendezvousOptions choose_rendezvous(const LaunchConfig& c, LaunchPla
   } else {
     // As torchrun 2.x: one node and no port chosen means a free port, not a fixed 29500
     // that another job may be using.
-    loopback_store(agent::random_uuid());
+    loopback_store(sys::random_uuid());
     return r;
   }
   r.backend = "static";

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/local_rendezvous.hpp"
-#include "agent/rdzv_settings.hpp"
+#include "agent/rendezvous/local_rendezvous.hpp"
+#include "agent/rendezvous/settings.hpp"
 #include "agent/worker_spec.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/launch_config.hpp"

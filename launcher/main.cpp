@@ -11,11 +11,11 @@
 #include <cstdlib>
 
 #include "agent/agent.hpp"
-#include "agent/guardian.hpp"
-#include "agent/local_rendezvous.hpp"
-#include "agent/log.hpp"
-#include "agent/store_rendezvous.hpp"
-#include "agent/unique_fd.hpp"
+#include "agent/process/guardian.hpp"
+#include "agent/rendezvous/local_rendezvous.hpp"
+#include "store/sys/log.hpp"
+#include "agent/rendezvous/store_rendezvous.hpp"
+#include "store/sys/fd.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/launch_plan.hpp"
 #include "launcher/usage.hpp"
@@ -40,7 +40,7 @@ void ensure_standard_fds() {
 }
 
 void print(int fd, const std::string& text) {
-  agent::write_all(fd, text.data(), text.size());
+  sys::write_all(fd, text.data(), text.size());
 }
 
 std::optional<std::string> get_env(const std::string& name) {
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     print(STDERR_FILENO, launcher::usage_line() + "ddprun: error: " + e.what() + "\n");
     return 2;
   }
-  for (const auto& notice : plan.notices) agent::log_line(notice);
+  for (const auto& notice : plan.notices) sys::log_line(notice);
 
   // Console output to a closed pipe must not kill the agent (and with it the workers).
   ::signal(SIGPIPE, SIG_IGN);
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   try {
     guardian = agent::Guardian::start();
   } catch (const std::exception& e) {
-    agent::log_line(std::string("warning: no orphan guardian: ") + e.what());
+    sys::log_line(std::string("warning: no orphan guardian: ") + e.what());
   }
   boost::asio::io_context io(1);
   std::unique_ptr<agent::RendezvousHandler> rendezvous;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/rdzv_settings.hpp"
+#include "agent/rendezvous/settings.hpp"
 #include "launcher/launch_config.hpp"
 
 namespace ddprun::launcher {

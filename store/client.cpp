@@ -9,6 +9,7 @@
 
 #include "store/socket_io.hpp"
 #include "store/wire.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -48,7 +49,7 @@ std::string hello_frame(uint32_t nonce) {
 
 }  // namespace
 
-Client::Client(UniqueFd fd, ClientOptions options, std::string peer)
+Client::Client(sys::UniqueFd fd, ClientOptions options, std::string peer)
     : fd_(std::move(fd)), options_(options), peer_(std::move(peer)) {}
 
 Client::~Client() = default;
@@ -70,7 +71,7 @@ std::unique_ptr<Client> Client::connect(const std::string& host, uint16_t port,
     // One attempt gets at most the default call timeout (a server that accepts but never
     // answers the PING must not eat the whole connect budget).
     auto attempt_deadline = std::min(deadline, deadline_after(options.timeout));
-    UniqueFd fd = socket_io::connect_tcp(host, port, attempt_deadline, &error);
+    sys::UniqueFd fd = socket_io::connect_tcp(host, port, attempt_deadline, &error);
     if (fd) {
       std::unique_ptr<Client> client(new Client(std::move(fd), options, peer));
       try {

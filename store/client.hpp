@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "store/protocol.hpp"
-#include "store/unique_fd.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store {
 
@@ -90,7 +90,7 @@ class Client {
 
  private:
   using Clock = std::chrono::steady_clock;
-  Client(UniqueFd fd, ClientOptions options, std::string peer);
+  Client(sys::UniqueFd fd, ClientOptions options, std::string peer);
 
   static Clock::time_point deadline_after(std::chrono::milliseconds timeout);
   Clock::time_point deadline() const { return deadline_after(options_.timeout); }
@@ -104,7 +104,7 @@ class Client {
   void handshake(Clock::time_point deadline);
   [[noreturn]] void fail(StoreError::Kind kind, const std::string& what);
 
-  UniqueFd fd_;
+  sys::UniqueFd fd_;
   ClientOptions options_;
   std::string peer_;
   std::atomic<bool> interrupted_{false};

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "store/log.hpp"
+#include "store/sys/log.hpp"
 #include "store/socket_io.hpp"
 
 namespace ddprun::store {
@@ -126,7 +126,7 @@ void Connection::on_keep_alive(int64_t interval_ms, uint32_t probes) {
   int n = static_cast<int>(std::min<uint32_t>(probes, 1000));
   if (!socket_io::set_keep_alive(socket_.native_handle(), std::chrono::milliseconds(interval_ms),
                                  n)) {
-    log_line(core_->options.log_prefix,
+    sys::log_line(core_->options.log_prefix,
              "cannot enable keep-alive for " + peer() + ": " + std::strerror(errno));
   }
 }
@@ -141,7 +141,7 @@ void Connection::arm_write() {
 }
 
 void Connection::drop(const std::string& reason) {
-  log_line(core_->options.log_prefix, "closing connection from " + peer() + " (" +
+  sys::log_line(core_->options.log_prefix, "closing connection from " + peer() + " (" +
                                           dialect_name(session_.dialect()) + "): " + reason);
   close();
 }

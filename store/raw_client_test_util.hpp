@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "store/unique_fd.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store::test {
 
@@ -22,7 +22,7 @@ class RawConn {
   int fd() const { return fd_.get(); }
 
  private:
-  UniqueFd fd_;
+  sys::UniqueFd fd_;
 };
 
 std::string i64_bytes(int64_t v);

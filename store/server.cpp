@@ -1,7 +1,5 @@
 #include "store/server.hpp"
 
-#include <netdb.h>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -14,18 +12,14 @@
 #include <system_error>
 
 #include "store/connection.hpp"
-#include "store/log.hpp"
+#include "store/sys/log.hpp"
+#include "store/sys/net.hpp"
 
 namespace ddprun::store {
 namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-
-std::string endpoint_text(const std::string& host, uint16_t port) {
-  bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
 
 int somaxconn() {
   std::ifstream in("/proc/sys/net/core/somaxconn");
@@ -34,27 +28,17 @@ int somaxconn() {
   return SOMAXCONN;
 }
 
-// An address literal as is; a name through getaddrinfo (first result).
+// An address literal as is; a name through the resolver (first result).
 tcp::endpoint resolve(const std::string& host, uint16_t port) {
-  boost::system::error_code ec;
-  asio::ip::address address = asio::ip::make_address(host, ec);
-  if (!ec) return {address, port};
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* result = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &result);
-  if (rc != 0 || result == nullptr) {
+  std::string error;
+  auto addrs = sys::resolve(host, port, true, &error);
+  if (addrs.empty()) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
-                            "cannot listen on " + endpoint_text(host, port) +
-                                ": cannot resolve host (" + gai_strerror(rc) + ")");
+                            "cannot listen on " + sys::endpoint_text(host, port) + ": " + error);
   }
   tcp::endpoint ep;
-  ep.resize(result->ai_addrlen);
-  std::memcpy(ep.data(), result->ai_addr, result->ai_addrlen);
-  freeaddrinfo(result);
-  ep.port(port);
+  ep.resize(addrs.front().len);
+  std::memcpy(ep.data(), &addrs.front().addr, addrs.front().len);
   return ep;
 }
 
@@ -96,13 +80,13 @@ asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
       try {
         std::make_shared<Connection>(core, std::move(socket), peer)->start();
       } catch (const std::exception& e) {
-        log_line(core->options.log_prefix, std::string("cannot serve a connection: ") + e.what());
+        sys::log_line(core->options.log_prefix, std::string("cannot serve a connection: ") + e.what());
       }
       continue;
     }
     if (!out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
     if (!reported) {
-      log_line(core->options.log_prefix, "accept failed: " + ec.message() +
+      sys::log_line(core->options.log_prefix, "accept failed: " + ec.message() +
                                              "; new connections wait until descriptors free up");
       reported = true;
     }
@@ -147,7 +131,7 @@ void ServerCore::close() {
 Server::Server(asio::io_context& io, ServerOptions options)
     : core_(std::make_shared<detail::ServerCore>(io, std::move(options))) {
   const ServerOptions& opts = core_->options;
-  std::string what = endpoint_text(opts.host, opts.port);
+  std::string what = sys::endpoint_text(opts.host, opts.port);
   listen(core_->acceptor, resolve(opts.host, opts.port), opts.backlog, what);
   port_ = core_->acceptor.local_endpoint().port();
   asio::co_spawn(io, accept_loop(core_), asio::detached);
@@ -175,7 +159,7 @@ ServerThread::ServerThread(ServerOptions options)
         io->run();
         return;
       } catch (const std::exception& e) {  // a handler threw: log it and keep serving
-        log_line("[ddprun store]", std::string("unexpected exception: ") + e.what());
+        sys::log_line("[ddprun store]", std::string("unexpected exception: ") + e.what());
       }
     }
   });

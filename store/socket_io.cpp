@@ -1,7 +1,6 @@
 #include "store/socket_io.hpp"
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -10,6 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "store/sys/net.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store::socket_io {
 namespace {
@@ -33,16 +35,16 @@ Status wait_for(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-UniqueFd try_address(const addrinfo& ai, Clock::time_point deadline, std::string* error) {
-  UniqueFd fd(
-      ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
+sys::UniqueFd try_address(const sys::ResolvedAddress& ai, Clock::time_point deadline,
+                     std::string* error) {
+  sys::UniqueFd fd(::socket(ai.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) {
     *error = std::strerror(errno);
     return {};
   }
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&ai.addr), ai.len) != 0) {
     if (errno != EINPROGRESS) {
       *error = std::strerror(errno);
       return {};
@@ -64,23 +66,13 @@ UniqueFd try_address(const addrinfo& ai, Clock::time_point deadline, std::string
 
 }  // namespace
 
-UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
+sys::UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
                      std::string* error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* result = nullptr;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &result);
-  if (rc != 0) {
-    *error = std::string("cannot resolve host: ") + gai_strerror(rc);
-    return {};
+  sys::UniqueFd fd;
+  for (const auto& ai : sys::resolve(host, port, false, error)) {
+    fd = try_address(ai, deadline, error);
+    if (fd) break;
   }
-  UniqueFd fd;
-  for (addrinfo* ai = result; ai != nullptr && !fd; ai = ai->ai_next) {
-    fd = try_address(*ai, deadline, error);
-  }
-  ::freeaddrinfo(result);
   return fd;
 }
 

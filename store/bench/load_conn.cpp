@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "store/wire.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store::bench {
 namespace {
@@ -21,8 +22,8 @@ int ms_until(Clock::time_point deadline) {
   return ms.count() < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms.count(), 1 << 30));
 }
 
-UniqueFd start_connect(const sockaddr_in& addr) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+sys::UniqueFd start_connect(const sockaddr_in& addr) {
+  sys::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return fd;
   int one = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -142,7 +143,7 @@ std::vector<Conn> connect_all(const std::string& host, uint16_t port, size_t n, 
 
 Clock::time_point Driver::run(std::vector<Conn>& conns, Clock::time_point stop,
                               Clock::time_point hard_deadline, bool send_first) {
-  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  sys::UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
   size_t active = 0;
   for (size_t i = 0; i < conns.size(); ++i) {
     Conn& c = conns[i];

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "store/protocol.hpp"
-#include "store/unique_fd.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store::bench {
 
@@ -27,7 +27,7 @@ struct Frames {
 };
 
 struct Conn {
-  UniqueFd fd;
+  sys::UniqueFd fd;
   std::string in;     // reply bytes received so far
   size_t want = 0;    // reply bytes expected for the request in flight
   uint64_t done = 0;  // completed requests

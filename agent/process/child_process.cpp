@@ -1,0 +1,125 @@
+#include "agent/process/child_process.hpp"
+
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+#include "store/sys/fd.hpp"
+
+namespace ddprun::agent {
+namespace {
+
+// Async-signal-safe helpers for the child between fork and exec.
+void child_write(const char* s) {
+  (void)!::write(STDERR_FILENO, s, ::strlen(s));
+}
+
+[[noreturn]] void child_fail(const char* what, const char* path) {
+  int err = errno;
+  child_write("[ddprun] cannot execute ");
+  child_write(path);
+  child_write(": ");
+  child_write(what);
+  child_write(": ");
+  const char* desc = ::strerrordesc_np(err);
+  child_write(desc ? desc : "unknown error");
+  child_write("\n");
+  ::_exit(127);
+}
+
+void close_from(int first) {
+  if (::syscall(SYS_close_range, first, ~0U, 0) == 0) return;
+  for (int fd = first; fd < 65536; ++fd) ::close(fd);  // kernels without close_range
+}
+
+[[noreturn]] void run_child(const SpawnRequest& req, pid_t parent, const sigset_t& mask,
+                            const struct sigaction& dfl) {
+  for (int sig : req.reset_signals) ::sigaction(sig, &dfl, nullptr);
+  if (::setsid() < 0) child_fail("setsid", req.path);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail("prctl", req.path);
+  if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the agent died before prctl
+  if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) child_fail("dup2", req.path);
+  if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, STDERR_FILENO) < 0) child_fail("dup2", req.path);
+  close_from(3);
+  ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+  ::execve(req.path, req.argv, req.envp);
+  child_fail("execve", req.path);
+}
+
+// Blocks every signal for the lifetime of the object (restores the old mask after).
+class BlockAllSignals {
+ public:
+  BlockAllSignals() {
+    sigset_t all;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old_);
+  }
+  ~BlockAllSignals() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  const sigset_t& old() const { return old_; }
+
+ private:
+  sigset_t old_;
+};
+
+}  // namespace
+
+ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigemptyset(&dfl.sa_mask);
+  const pid_t parent = ::getpid();
+  pid_t pid;
+  {
+    // No signal handler may run in the child before its dispositions are reset.
+    BlockAllSignals blocked;
+    pid = ::fork();
+    if (pid == 0) run_child(request, parent, blocked.old(), dfl);
+  }
+  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  // glibc 2.36's <sys/pidfd.h> lacks extern "C"; call the system call directly.
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) {
+    int err = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    throw std::system_error(err, std::generic_category(), "pidfd_open");
+  }
+  return ChildProcess(pid, sys::UniqueFd(fd));
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      pidfd_(std::move(other.pidfd_)),
+      reaped_(std::exchange(other.reaped_, true)) {}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ <= 0 || reaped_) return;
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);  // in case it had not yet become a group leader
+  while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+void ChildProcess::signal_group(int sig) const {
+  if (pid_ <= 0 || reaped_) return;
+  if (::kill(-pid_, sig) != 0 && errno == ESRCH) ::kill(pid_, sig);
+}
+
+ExitCode ChildProcess::reap() {
+  siginfo_t info{};
+  // Peek first: the zombie keeps the group id reserved while we kill the rest of the group.
+  while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  ::kill(-pid_, SIGKILL);
+  while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+  if (info.si_code == CLD_EXITED) return info.si_status;
+  return -info.si_status;  // CLD_KILLED / CLD_DUMPED
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,68 @@
+// ChildProcess: one worker process and its process group, spawned with fork+exec.
+//
+// The child runs only async-signal-safe calls between fork and execve: it resets the signals
+// the agent handles or ignores, starts a new session (so it leads its own process group and,
+// like torchrun 2.x's start_new_session, never gets SIGTTIN/SIGTTOU from the terminal), asks
+// the kernel to SIGKILL it when the agent dies (PR_SET_PDEATHSIG, with the getppid() race
+// check), dup2s its stdout/stderr, closes every other descriptor and execs.
+//
+// Ownership: a ChildProcess owns the process until it is reaped. Destroying one that was not
+// reaped SIGKILLs its whole process group and reaps it (blocking; SIGKILL is immediate).
+// Single-threaded: call from the agent's thread only.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <vector>
+
+#include "store/sys/fd.hpp"
+
+namespace ddprun::agent {
+
+struct SpawnRequest {
+  const char* path = nullptr;   // execve path (already resolved)
+  char* const* argv = nullptr;  // null-terminated
+  char* const* envp = nullptr;  // null-terminated
+  int stdout_fd = -1;           // dup2'd onto 1 when >= 0, else inherited
+  int stderr_fd = -1;           // dup2'd onto 2 when >= 0, else inherited
+  // Signals whose disposition the agent changed (handled or ignored): back to SIG_DFL.
+  std::vector<int> reset_signals;
+};
+
+// The exit of a process in torchrun's convention: the exit status (>= 0), or minus the number
+// of the signal that killed it.
+using ExitCode = int;
+
+class ChildProcess {
+ public:
+  // Forks and execs; throws std::system_error if fork or pidfd_open fails. A failing execve
+  // is reported by the child on its stderr and shows as exit code 127.
+  static ChildProcess spawn(const SpawnRequest& request);
+
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&&) = delete;
+  ChildProcess(const ChildProcess&) = delete;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  bool reaped() const { return reaped_; }
+  // The pidfd (readable once the process exited). The caller takes ownership.
+  sys::UniqueFd take_pidfd() { return std::move(pidfd_); }
+
+  // Sends `sig` to the process group (no-op once reaped: the id may be reused).
+  void signal_group(int sig) const;
+
+  // Call once the process has exited (pidfd readable). While the leader is still a zombie
+  // (so its pid, which is the group id, cannot be reused), SIGKILLs whatever is left in its
+  // process group — grandchildren such as DataLoader workers — then reaps it.
+  ExitCode reap();
+
+ private:
+  ChildProcess(pid_t pid, sys::UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  pid_t pid_ = -1;
+  sys::UniqueFd pidfd_;
+  bool reaped_ = false;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,64 @@
+#include "agent/rendezvous/local_rendezvous.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <system_error>
+
+#include "store/server.hpp"
+
+namespace ddprun::agent {
+
+LocalRendezvous::LocalRendezvous(boost::asio::io_context& io, LocalRendezvousOptions options)
+    : io_(io), options_(std::move(options)) {}
+
+LocalRendezvous::~LocalRendezvous() = default;
+
+boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int restart_count,
+                                                                        int local_world_size) {
+  // Fresh state for this attempt: drop the previous store (and its connections) first, so a
+  // fixed port can be bound again.
+  server_.reset();
+  store::ServerOptions opts;
+  opts.host = options_.bind_host;
+  opts.port = static_cast<uint16_t>(options_.port);
+  // On a restart with a fixed port, the port was free a moment ago; if an outgoing
+  // connection happened to pick it as its ephemeral port meanwhile, give it a moment.
+  const int tries = restart_count > 0 && options_.port != 0 ? 20 : 1;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      server_ = std::make_unique<store::Server>(io_, opts);
+      break;
+    } catch (const std::system_error& e) {
+      if (attempt >= tries) {
+        std::string hint = options_.port != 0
+                               ? " (is another job using port " + std::to_string(options_.port) +
+                                     "? choose another --master-port, or use --standalone)"
+                               : "";
+        throw RendezvousError(std::string("cannot host the store: ") + e.what() + hint);
+      }
+    }
+    boost::asio::steady_timer timer(io_, std::chrono::milliseconds(50));
+    co_await timer.async_wait(boost::asio::use_awaitable);
+  }
+  RendezvousInfo info;
+  info.round = restart_count;
+  info.group_rank = 0;
+  info.group_world_size = 1;
+  info.base_global_rank = 0;
+  info.world_size = local_world_size;
+  info.master_addr = options_.master_addr;
+  info.master_port = server_->port();
+  info.use_agent_store = true;
+  info.store_host = options_.master_addr;
+  info.store_port = server_->port();
+  info.restart_count = restart_count;
+  co_return info;
+}
+
+boost::asio::awaitable<void> LocalRendezvous::shutdown(Exit) {
+  server_.reset();
+  co_return;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,45 @@
+// Settings of a multi-node rendezvous: the node range, torchrun's --rdzv-conf timeouts, and
+// where the rendezvous store is. Built once by the launcher; immutable afterwards.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace ddprun::agent {
+
+using Millis = std::chrono::milliseconds;
+
+struct RendezvousSettings {
+  std::string backend = "c10d";  // "c10d" or "static" (reported by backend())
+  std::string run_id = "none";   // --rdzv-id: namespaces the job's keys in the store
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // Static backend: node ranks are exactly the --node-rank of each node (min = max = N).
+  bool static_ranks = false;
+
+  // --rdzv-conf (torchrun's keys and defaults; values in seconds, fractions allowed).
+  Millis join_timeout{std::chrono::seconds(600)};      // reaching min nodes, and connecting
+  Millis last_call_timeout{std::chrono::seconds(30)};  // extra wait for more nodes after min
+  Millis close_timeout{std::chrono::seconds(30)};      // stragglers of a closed round, bye
+  Millis read_timeout{std::chrono::seconds(60)};       // one store request
+  Millis keep_alive_interval{std::chrono::seconds(5)};
+  int keep_alive_max_attempt = 3;  // a silent peer is dead after interval x attempts
+  Millis exit_barrier_timeout{std::chrono::seconds(300)};
+
+  // The rendezvous store.
+  std::string endpoint_host;  // as given (no brackets)
+  int endpoint_port = 29400;
+  // Host the store in this agent: true/false forced (static node 0; --rdzv-conf is_host=),
+  // nullopt = torchrun's rule (the endpoint names this machine), falling back to being a
+  // client when the port is taken.
+  std::optional<bool> is_host;
+  std::string bind_host = "0.0.0.0";  // where a hosted store listens ("::" for IPv6)
+
+  // This node.
+  std::string local_addr;  // advertised address; empty = the host name
+  int node_rank_hint = -1;
+  int max_restarts = 0;  // this node's --max-restarts (the job uses the first node's)
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,86 @@
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+
+#include "store/sys/fd.hpp"
+#include "store/sys/log.hpp"
+#include "store/sys/net.hpp"
+#include "store/sys/random.hpp"
+#include "store/sys/time_text.hpp"
+
+namespace ddprun::sys {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(SysTest, EndpointTextBracketsIpv6Only) {
+  EXPECT_EQ(endpoint_text("10.0.0.1", 29400), "10.0.0.1:29400");
+  EXPECT_EQ(endpoint_text("node3", 1), "node3:1");
+  EXPECT_EQ(endpoint_text("::1", 29400), "[::1]:29400");
+  EXPECT_EQ(endpoint_text("fe80::1%eth0", 5), "[fe80::1%eth0]:5");
+}
+
+TEST(SysTest, OneLoopbackRule) {
+  for (const char* h : {"localhost", "127.0.0.1", "127.1.2.3", "::1"}) EXPECT_TRUE(is_loopback(h)) << h;
+  for (const char* h : {"", "0.0.0.0", "::", "10.0.0.1", "node1", "localhost.example", "::2"}) {
+    EXPECT_FALSE(is_loopback(h)) << h;
+  }
+  EXPECT_TRUE(is_wildcard("0.0.0.0"));
+  EXPECT_TRUE(is_wildcard("::"));
+  EXPECT_FALSE(is_wildcard("127.0.0.1"));
+  EXPECT_TRUE(is_address_literal("::1"));
+  EXPECT_TRUE(is_address_literal("10.1.2.3"));
+  EXPECT_FALSE(is_address_literal("localhost"));
+}
+
+TEST(SysTest, ResolvesLiteralsWithoutLookup) {
+  std::string error;
+  auto v4 = resolve("127.0.0.1", 80, false, &error);
+  ASSERT_EQ(v4.size(), 1u) << error;
+  EXPECT_EQ(v4[0].family, AF_INET);
+  auto v6 = resolve("::1", 80, true, &error);
+  ASSERT_EQ(v6.size(), 1u) << error;
+  EXPECT_EQ(v6[0].family, AF_INET6);
+  EXPECT_TRUE(names_this_machine("127.0.0.1"));
+  EXPECT_TRUE(names_this_machine(host_name()));
+}
+
+TEST(SysTest, SecondsText) {
+  EXPECT_EQ(seconds_text(milliseconds(30000)), "30 s");
+  EXPECT_EQ(seconds_text(milliseconds(500)), "0.5 s");
+  EXPECT_EQ(seconds_text(milliseconds(1250)), "1.25 s");
+  EXPECT_EQ(seconds_text(milliseconds(0)), "0 s");
+}
+
+TEST(SysTest, RandomIds) {
+  EXPECT_TRUE(std::regex_match(random_hex(3), std::regex("[0-9a-f]{6}")));
+  EXPECT_TRUE(std::regex_match(random_suffix(), std::regex("[a-z0-9_]{8}")));
+  std::string uuid = random_uuid();
+  EXPECT_TRUE(std::regex_match(
+      uuid, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
+      << uuid;
+  EXPECT_NE(random_uuid(), uuid);
+}
+
+TEST(SysTest, LogLineIsOneLineInTheOneFormat) {
+  Pipe p = make_pipe();
+  int saved = ::dup(STDERR_FILENO);
+  ::dup2(p.write.get(), STDERR_FILENO);
+  log_line("[ddpstore]", "listening");
+  log_line("hello");
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  p.write.reset();
+  char buf[512] = {};
+  ssize_t n = ::read(p.read.get(), buf, sizeof buf - 1);
+  ASSERT_GT(n, 0);
+  std::string prefix = host_name() + ":" + std::to_string(::getpid());
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)),
+            "[ddpstore] " + prefix + " listening\n[ddprun] " + prefix + " hello\n");
+}
+
+}  // namespace
+}  // namespace ddprun::sys
