@@ -27,13 +27,35 @@
 
 #include <boost/asio/io_context.hpp>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "agent/process/exit_status.hpp"
 #include "agent/rendezvous/rendezvous.hpp"
 #include "agent/worker_spec.hpp"
 
 namespace ddprun::agent {
 
 class Guardian;
+
+// How the job ended for this node. The launcher turns it into ddprun's exit code, in one
+// table (launcher/exit_codes.hpp); the agent decides no exit codes itself.
+struct JobResult {
+  enum class Kind {
+    kSucceeded,       // every worker of the job exited 0 (or the job finished without us)
+    kWorkersFailed,   // a worker failed and no restarts are left; root_cause is set when it
+                      // was one of this node's workers (the summary was printed)
+    kSignaled,        // ddprun received `signal`; the workers were stopped
+    kRendezvousFailed,  // no round could be formed: too few nodes, an unreachable or
+                        // unusable store, a closed job, a port in use
+    kStoreLost,       // the rendezvous store went away while the job ran
+    kStartFailed,     // the workers could not be started (log directory, fork)
+  };
+  Kind kind = Kind::kSucceeded;
+  std::optional<ExitStatus> root_cause;  // kWorkersFailed
+  int signal = 0;                        // kSignaled
+  std::string what;  // the one-line reason: the launcher prints it with the exit code
+};
 
 class Agent {
  public:
@@ -42,8 +64,8 @@ class Agent {
         Guardian* guardian);
   ~Agent();
 
-  // Runs the job to the end on the calling thread; returns ddprun's exit code.
-  int run();
+  // Runs the job to the end on the calling thread.
+  JobResult run();
 
  private:
   class Impl;

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "store/sys/log.hpp"
+
 namespace ddprun::agent {
 namespace {
 
@@ -92,35 +94,14 @@ std::optional<ErrorFileData> read_error_file(const std::string& path) {
   return data;
 }
 
-std::string signal_name(int signo) {
-  const char* abbrev = ::sigabbrev_np(signo);
-  if (abbrev) return std::string("SIG") + abbrev;
-  return "SIGNAL " + std::to_string(signo);
-}
-
-std::optional<int> signal_number(std::string_view name) {
-  int n = 0;
-  auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), n);
-  if (ec == std::errc() && p == name.data() + name.size()) {
-    if (n > 0 && n < NSIG) return n;
-    return std::nullopt;
-  }
-  if (name.starts_with("SIG")) name.remove_prefix(3);
-  for (int sig = 1; sig < NSIG; ++sig) {
-    const char* abbrev = ::sigabbrev_np(sig);
-    if (abbrev && name == abbrev) return sig;
-  }
-  return std::nullopt;
-}
-
-ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, int exitcode,
+ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, ExitStatus status,
                             const std::string& error_file_path, int64_t observed_at,
                             uint64_t sequence) {
   ProcessFailure f;
   f.local_rank = local_rank;
   f.global_rank = global_rank;
   f.pid = pid;
-  f.exitcode = exitcode;
+  f.status = status;
   f.sequence = sequence;
   f.timestamp = observed_at;
   auto data = error_file_path.empty() ? std::nullopt : read_error_file(error_file_path);
@@ -131,8 +112,8 @@ ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, int exit
     if (data->timestamp) f.timestamp = *data->timestamp;
   } else {
     f.error_file = std::string(kNotAvailable);
-    if (exitcode < 0) {
-      f.message = "Signal " + std::to_string(-exitcode) + " (" + signal_name(-exitcode) +
+    if (status.kind == ExitStatus::Kind::kSignaled) {
+      f.message = "Signal " + std::to_string(status.value) + " (" + signal_name(status.value) +
                   ") received by PID " + std::to_string(pid);
     } else {
       f.message = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
@@ -147,11 +128,6 @@ const ProcessFailure& root_cause(const std::vector<ProcessFailure>& failures) {
     if (a.timestamp != b.timestamp) return a.timestamp < b.timestamp;
     return a.sequence < b.sequence;
   });
-}
-
-int exit_code_for(const ProcessFailure& failure) {
-  if (failure.exitcode < 0) return 128 + (-failure.exitcode);
-  return failure.exitcode;
 }
 
 std::string format_failure_summary(std::string_view title_name,
@@ -174,8 +150,8 @@ std::string format_failure_summary(std::string_view title_name,
     text += "  host      : " + std::string(host) + "\n";
     text += "  rank      : " + std::to_string(f->global_rank) +
             " (local_rank: " + std::to_string(f->local_rank) + ")\n";
-    text +=
-        "  exitcode  : " + std::to_string(f->exitcode) + " (pid: " + std::to_string(f->pid) + ")\n";
+    text += "  exitcode  : " + std::to_string(f->status.torchrun_code()) +
+            " (pid: " + std::to_string(f->pid) + ")\n";
     text += "  error_file: " + f->error_file + "\n";
     text += "  traceback : " + indent(f->traceback);
     size_t start = 0;
@@ -201,6 +177,32 @@ std::string format_failure_summary(std::string_view title_name,
     for (const auto& o : others) out += o + "\n";
   }
   out += section + "\nRoot Cause (first observed failure):\n" + root_text + "\n" + border + "\n";
+  return out;
+}
+
+std::vector<ProcessFailure> collect_new_failures(const WorkerGroup& group,
+                                                 const ProcessContext& pctx,
+                                                 std::set<int>& reported,
+                                                 bool only_with_error_file) {
+  std::vector<ProcessFailure> out;
+  for (const Worker& w : group.workers()) {
+    const auto& e = pctx.exit_of(w.local_rank);
+    if (!e || e->status.success() || reported.count(w.local_rank)) continue;
+    const WorkerLaunch& launch = pctx.launch_of(w.local_rank);
+    ProcessFailure f = make_failure(w.local_rank, w.global_rank, pctx.pid_of(w.local_rank),
+                                    e->status, launch.error_file, e->unix_time, e->sequence);
+    if (only_with_error_file && f.error_file == "<N/A>") continue;
+    reported.insert(w.local_rank);
+    std::string what = e->status.kind == ExitStatus::Kind::kExited
+                           ? "failed with exitcode " + std::to_string(e->status.value)
+                           : e->status.describe() + " (exitcode " +
+                                 std::to_string(e->status.torchrun_code()) + ")";
+    std::string detail = f.error_file != "<N/A>" ? ": " + f.message : "";
+    sys::log_line("attempt " + std::to_string(group.round().restart_count) + ": worker " +
+                  std::to_string(w.local_rank) + " (rank " + std::to_string(w.global_rank) +
+                  ", pid " + std::to_string(f.pid) + ") " + what + detail);
+    out.push_back(std::move(f));
+  }
   return out;
 }
 

@@ -7,9 +7,14 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "agent/process/exit_status.hpp"
+#include "agent/process/process_context.hpp"
+#include "agent/worker_group.hpp"
 
 namespace ddprun::agent {
 
@@ -30,7 +35,7 @@ struct ProcessFailure {
   int local_rank = 0;
   int global_rank = 0;
   pid_t pid = 0;
-  int exitcode = 0;        // torchrun's convention: exit status, or -signal
+  ExitStatus status;
   std::string error_file;  // "<N/A>" when the worker wrote none
   int64_t timestamp = 0;   // unix seconds: from the error file, else when ddprun saw the exit
   uint64_t sequence = 0;   // order in which ddprun observed the exits (breaks ties)
@@ -39,7 +44,7 @@ struct ProcessFailure {
 };
 
 // Builds the failure of one worker from its exit code and error file.
-ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, int exitcode,
+ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, ExitStatus status,
                             const std::string& error_file_path, int64_t observed_at,
                             uint64_t sequence);
 
@@ -47,18 +52,18 @@ ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, int exit
 // ddprun observed them. `failures` must not be empty.
 const ProcessFailure& root_cause(const std::vector<ProcessFailure>& failures);
 
-// The process exit code ddprun reports for a failure: the worker's exit status, or 128 + the
-// signal number if a signal killed it (as a shell would report it).
-int exit_code_for(const ProcessFailure& failure);
-
-// "SIGKILL" for 9, "SIGNAL 77" for unknown numbers.
-std::string signal_name(int signo);
-// 15 for "SIGTERM" (also accepts "TERM" and numbers); nullopt if unknown.
-std::optional<int> signal_number(std::string_view name);
-
-// The summary, in torchrun's layout (see ../shared/docs/torchrun-contract.md, section 5).
+// The summary, in torchrun's layout ("Logs and failures" in README.md).
 std::string format_failure_summary(std::string_view title,
                                    const std::vector<ProcessFailure>& failures,
                                    std::string_view host);
+
+// The failures of the attempt's workers that exited non-zero and are not in `reported` yet
+// (only those that wrote an error file, with `only_with_error_file`: workers that died of the
+// agent's own stop signal are no failures of their own). Logs one line each, adds them to
+// `reported`.
+std::vector<ProcessFailure> collect_new_failures(const WorkerGroup& group,
+                                                 const ProcessContext& pctx,
+                                                 std::set<int>& reported,
+                                                 bool only_with_error_file);
 
 }  // namespace ddprun::agent

@@ -51,15 +51,16 @@ TEST(ErrorFile, MissingIsNulloptAndGarbageIsReported) {
 }
 
 TEST(Failure, SignalDeathWithoutErrorFile) {
-  auto f = make_failure(1, 3, 4242, -SIGKILL, "/nonexistent/error.json", 1700000000, 1);
+  auto f = make_failure(1, 3, 4242, ExitStatus::signaled(SIGKILL), "/nonexistent/error.json", 1700000000, 1);
   EXPECT_EQ(f.error_file, "<N/A>");
   EXPECT_EQ(f.message, "Signal 9 (SIGKILL) received by PID 4242");
-  EXPECT_EQ(exit_code_for(f), 137);
+  EXPECT_EQ(f.status.shell_code(), 137);
+  EXPECT_EQ(f.status.torchrun_code(), -9);
 }
 
 TEST(Failure, ExitCodeWithoutErrorFile) {
-  auto f = make_failure(0, 0, 10, 3, "", 1700000000, 1);
-  EXPECT_EQ(exit_code_for(f), 3);
+  auto f = make_failure(0, 0, 10, ExitStatus::exited(3), "", 1700000000, 1);
+  EXPECT_EQ(f.status.shell_code(), 3);
   EXPECT_NE(f.message.find("To enable traceback"), std::string::npos);
 }
 
@@ -79,6 +80,9 @@ TEST(Failure, RootCauseIsEarliestThenFirstObserved) {
 
 TEST(Failure, SignalNames) {
   EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(ExitStatus::exec_failed(ENOENT).shell_code(), 127);
+  EXPECT_EQ(ExitStatus::exited(4).describe(), "exited with 4");
+  EXPECT_EQ(ExitStatus::signaled(SIGKILL).describe(), "was killed by SIGKILL");
   EXPECT_EQ(signal_number("SIGUSR1"), SIGUSR1);
   EXPECT_EQ(signal_number("TERM"), SIGTERM);
   EXPECT_EQ(signal_number("15"), 15);
@@ -86,7 +90,7 @@ TEST(Failure, SignalNames) {
 }
 
 TEST(Summary, TorchrunLayout) {
-  auto root = make_failure(1, 1, 11910, 1, "", 1700000000, 1);
+  auto root = make_failure(1, 1, 11910, ExitStatus::exited(1), "", 1700000000, 1);
   root.traceback = "Traceback (most recent call last):\n  File \"x.py\"\nValueError: boom\n";
   root.error_file = "/tmp/logs/job_x/attempt_1/1/error.json";
   auto text = format_failure_summary("train.py", {root}, "node0");
@@ -111,8 +115,8 @@ TEST(Summary, TorchrunLayout) {
 }
 
 TEST(Summary, OtherFailuresListedByRank) {
-  auto a = make_failure(0, 0, 100, -SIGKILL, "", 1700000005, 2);
-  auto b = make_failure(1, 1, 101, 2, "", 1700000001, 1);
+  auto a = make_failure(0, 0, 100, ExitStatus::signaled(SIGKILL), "", 1700000005, 2);
+  auto b = make_failure(1, 1, 101, ExitStatus::exited(2), "", 1700000001, 1);
   auto text = format_failure_summary("x", {a, b}, "h");
   auto others = text.find("Failures:\n[0]:");
   auto root = text.find("Root Cause (first observed failure):\n[1]:");

@@ -36,23 +36,24 @@ std::optional<std::string> virtual_device(const std::vector<std::string>& env, i
 std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker& worker,
                                           const std::string& error_file) {
   const WorkerSpec& spec = group.spec();
+  const RendezvousInfo& round = group.round();
   const auto& base = spec.base_env;
   std::map<std::string, std::string> set;
   set["LOCAL_RANK"] = spec.virtual_local_rank ? "0" : std::to_string(worker.local_rank);
   set["RANK"] = std::to_string(worker.global_rank);
-  set["GROUP_RANK"] = std::to_string(group.group_rank);
+  set["GROUP_RANK"] = std::to_string(round.group_rank);
   set["ROLE_RANK"] = std::to_string(worker.role_rank);
   set["ROLE_NAME"] = spec.role;
   set["LOCAL_WORLD_SIZE"] = std::to_string(spec.local_world_size);
   set["WORLD_SIZE"] = std::to_string(worker.world_size);
-  set["GROUP_WORLD_SIZE"] = std::to_string(group.group_world_size);
+  set["GROUP_WORLD_SIZE"] = std::to_string(round.group_world_size);
   set["ROLE_WORLD_SIZE"] = std::to_string(worker.role_world_size);
-  set["MASTER_ADDR"] = group.master_addr;
-  set["MASTER_PORT"] = std::to_string(group.master_port);
-  set["TORCHELASTIC_RESTART_COUNT"] = std::to_string(group.restart_count);
-  set["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(group.max_restarts);
-  set["TORCHELASTIC_RUN_ID"] = group.run_id;
-  set["TORCHELASTIC_USE_AGENT_STORE"] = group.use_agent_store ? "True" : "False";
+  set["MASTER_ADDR"] = round.master_addr;
+  set["MASTER_PORT"] = std::to_string(round.master_port);
+  set["TORCHELASTIC_RESTART_COUNT"] = std::to_string(round.restart_count);
+  set["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(round.max_restarts);
+  set["TORCHELASTIC_RUN_ID"] = group.run_id();
+  set["TORCHELASTIC_USE_AGENT_STORE"] = round.use_agent_store ? "True" : "False";
   set["TORCHELASTIC_ERROR_FILE"] = error_file;
   set["TORCHELASTIC_SIGNALS_TO_HANDLE"] = spec.signals_to_handle_text;
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {

@@ -1,4 +1,4 @@
-// The environment of one worker, exactly as torchrun builds it (see the contract, section 2):
+// The environment of one worker, exactly as torchrun builds it (agent/ENVIRONMENT.md):
 // the launcher's environment plus LOCAL_RANK, RANK, GROUP_RANK, ROLE_RANK, ROLE_NAME,
 // LOCAL_WORLD_SIZE, WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE,

@@ -10,21 +10,22 @@ struct Fixture {
   std::unique_ptr<WorkerGroup> group;
   Fixture(std::vector<std::string> base) {
     spec.local_world_size = 2;
-    spec.max_restarts = 3;
     spec.signals_to_handle_text = "SIGTERM,SIGINT";
     spec.base_env = std::move(base);
-    group = std::make_unique<WorkerGroup>(spec);
-    group->master_addr = "localhost";
-    group->master_port = 4321;
-    group->run_id = "job";
-    group->restart_count = 1;
-    group->assign_ranks(0, 2);
+    group = std::make_unique<WorkerGroup>(spec, "job");
+    RendezvousInfo round;
+    round.master_addr = "localhost";
+    round.master_port = 4321;
+    round.restart_count = 1;
+    round.max_restarts = 3;
+    round.world_size = 2;
+    group->assign(round);
   }
 };
 
 TEST(WorkerEnv, TorchrunVariables) {
   Fixture f({"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=1"});
-  auto env = build_worker_env(*f.group, f.group->workers[1], "/logs/attempt_1/1/error.json");
+  auto env = build_worker_env(*f.group, f.group->workers()[1], "/logs/attempt_1/1/error.json");
   auto get = [&](const char* n) { return std::string(find_env(env, n).value_or("<unset>")); };
   EXPECT_EQ(get("PATH"), "/bin");
   EXPECT_EQ(get("RANK"), "1");
@@ -55,7 +56,7 @@ TEST(WorkerEnv, TorchrunVariables) {
 
 TEST(WorkerEnv, KeepsParentsNcclSetting) {
   Fixture f({"NCCL_ASYNC_ERROR_HANDLING=0"});
-  auto env = build_worker_env(*f.group, f.group->workers[0], "e");
+  auto env = build_worker_env(*f.group, f.group->workers()[0], "e");
   EXPECT_EQ(find_env(env, "NCCL_ASYNC_ERROR_HANDLING"), "0");
   EXPECT_EQ(find_env(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
 }
@@ -63,7 +64,7 @@ TEST(WorkerEnv, KeepsParentsNcclSetting) {
 TEST(WorkerEnv, VirtualLocalRank) {
   Fixture f({"CUDA_VISIBLE_DEVICES=4, 5"});
   f.spec.virtual_local_rank = true;
-  auto env = build_worker_env(*f.group, f.group->workers[1], "e");
+  auto env = build_worker_env(*f.group, f.group->workers()[1], "e");
   EXPECT_EQ(find_env(env, "LOCAL_RANK"), "0");
   EXPECT_EQ(find_env(env, "CUDA_VISIBLE_DEVICES"), "5");
   EXPECT_EQ(virtual_device({}, 3), "3");

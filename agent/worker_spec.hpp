@@ -23,7 +23,6 @@ struct WorkerSpec {
   std::vector<std::string> args;
   std::string entrypoint_name;  // title of the failure summary: script, module or program
 
-  int max_restarts = 0;
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(30)};
   std::vector<int> signals_to_handle;  // forwarded to the workers' process groups
   std::string signals_to_handle_text;  // TORCHELASTIC_SIGNALS_TO_HANDLE, as given

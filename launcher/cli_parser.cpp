@@ -54,19 +54,26 @@ std::vector<std::string> comma_list(std::string_view text) {
   return out;
 }
 
-void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+// apply_value()'s checks, one helper per --help section (the entrypoint section has only
+// switches). Each returns false for a name it does not own, so apply_value() tries them in turn.
+
+void apply_nnodes(LaunchConfig& c, const RawValue& v) {
+  auto parts = split(v.value, ':');
+  if (parts.size() > 2) fail(v, "expected N or MIN:MAX");
+  auto lo = parse_int(parts[0]);
+  auto hi = parts.size() == 2 ? parse_int(parts[1]) : lo;
+  if (!lo || !hi) fail(v, "expected N or MIN:MAX with integers");
+  if (*lo < 1) fail(v, "the number of nodes must be at least 1");
+  if (*lo > *hi) fail(v, "MIN must not exceed MAX");
+  if (*hi > 1000000) fail(v, "too many nodes");
+  c.min_nodes = static_cast<int>(*lo);
+  c.max_nodes = static_cast<int>(*hi);
+}
+
+bool apply_node_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   const std::string& s = v.value;
   if (name == "nnodes") {
-    auto parts = split(s, ':');
-    if (parts.size() > 2) fail(v, "expected N or MIN:MAX");
-    auto lo = parse_int(parts[0]);
-    auto hi = parts.size() == 2 ? parse_int(parts[1]) : lo;
-    if (!lo || !hi) fail(v, "expected N or MIN:MAX with integers");
-    if (*lo < 1) fail(v, "the number of nodes must be at least 1");
-    if (*lo > *hi) fail(v, "MIN must not exceed MAX");
-    if (*hi > 1000000) fail(v, "too many nodes");
-    c.min_nodes = static_cast<int>(*lo);
-    c.max_nodes = static_cast<int>(*hi);
+    apply_nnodes(c, v);
   } else if (name == "nproc_per_node") {
     if (s != "cpu" && s != "gpu" && s != "auto" && s != "xpu") {
       auto n = parse_int(s);
@@ -76,7 +83,25 @@ void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
     c.nproc_per_node = s;
   } else if (name == "node_rank") {
     c.node_rank = to_int(v, 0, 1000000, "must be 0 or more");
-  } else if (name == "rdzv_backend") {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void apply_rdzv_conf(LaunchConfig& c, const RawValue& v) {
+  c.rdzv_conf.clear();
+  if (v.value.empty()) return;
+  for (const auto& item : split(v.value, ',')) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) fail(v, "expected KEY=VALUE,KEY=VALUE");
+    c.rdzv_conf[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+}
+
+bool apply_rendezvous_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+  const std::string& s = v.value;
+  if (name == "rdzv_backend") {
     if (s != "static" && s != "c10d" && s != "etcd" && s != "etcd-v2") {
       fail(v, "unknown rendezvous backend (static, c10d, etcd, etcd-v2)");
     }
@@ -86,14 +111,7 @@ void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   } else if (name == "rdzv_id") {
     c.rdzv_id = s;
   } else if (name == "rdzv_conf") {
-    c.rdzv_conf.clear();
-    if (!s.empty()) {
-      for (const auto& item : split(s, ',')) {
-        size_t eq = item.find('=');
-        if (eq == std::string::npos || eq == 0) fail(v, "expected KEY=VALUE,KEY=VALUE");
-        c.rdzv_conf[item.substr(0, eq)] = item.substr(eq + 1);
-      }
-    }
+    apply_rdzv_conf(c, v);
   } else if (name == "master_addr") {
     if (s.empty()) fail(v, "must not be empty");
     c.master_addr = s;
@@ -101,7 +119,29 @@ void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
     c.master_port = to_int(v, 0, 65535, "a port is a number from 0 to 65535");
   } else if (name == "local_addr") {
     c.local_addr = s;
-  } else if (name == "max_restarts") {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void apply_signals(LaunchConfig& c, const RawValue& v) {
+  c.signals.clear();
+  for (const auto& item : split(v.value, ',')) {
+    std::string sig = item;
+    while (!sig.empty() && sig.front() == ' ') sig.erase(0, 1);
+    while (!sig.empty() && sig.back() == ' ') sig.pop_back();
+    auto n = sig.starts_with("SIG") ? agent::signal_number(sig) : std::nullopt;
+    if (!n) fail(v, "'" + sig + "' is not a signal name like SIGTERM");
+    if (*n == SIGKILL || *n == SIGSTOP) fail(v, sig + " cannot be handled");
+    c.signals.push_back(*n);
+  }
+  c.signals_to_handle = v.value;
+}
+
+bool apply_worker_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+  const std::string& s = v.value;
+  if (name == "max_restarts") {
     c.max_restarts = to_int(v, 0, 1000000000, "must be 0 or more");
   } else if (name == "monitor_interval") {
     char* end = nullptr;
@@ -119,20 +159,43 @@ void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
     if (s.empty()) fail(v, "must not be empty");
     c.role = s;
   } else if (name == "signals_to_handle") {
-    c.signals.clear();
-    for (const auto& item : split(s, ',')) {
-      std::string sig = item;
-      while (!sig.empty() && sig.front() == ' ') sig.erase(0, 1);
-      while (!sig.empty() && sig.back() == ' ') sig.pop_back();
-      auto n = sig.starts_with("SIG") ? agent::signal_number(sig) : std::nullopt;
-      if (!n) fail(v, "'" + sig + "' is not a signal name like SIGTERM");
-      if (*n == SIGKILL || *n == SIGSTOP) fail(v, sig + " cannot be handled");
-      c.signals.push_back(*n);
-    }
-    c.signals_to_handle = s;
+    apply_signals(c, v);
   } else if (name == "shutdown_timeout") {
     c.shutdown_timeout = to_int(v, 0, 1000000000, "must be 0 or more seconds");
-  } else if (name == "log_dir") {
+  } else if (name == "numa_binding") {
+    c.numa_binding = s;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void apply_local_ranks_filter(LaunchConfig& c, const RawValue& v) {
+  if (v.value.empty()) {
+    c.local_ranks_filter.reset();
+    return;
+  }
+  std::set<int> ranks;
+  for (const auto& item : split(v.value, ',')) {
+    auto n = parse_int(item);
+    if (!n || *n < 0) fail(v, "expected a comma-separated list of local ranks, e.g. 0,1");
+    ranks.insert(static_cast<int>(*n));
+  }
+  c.local_ranks_filter = std::move(ranks);
+}
+
+std::vector<std::string> duplicate_filters(const std::string& s) {
+  std::vector<std::string> filters;
+  if (s.empty()) return filters;
+  for (auto& f : comma_list(s)) {
+    if (!f.empty()) filters.push_back(std::move(f));
+  }
+  return filters;
+}
+
+bool apply_log_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+  const std::string& s = v.value;
+  if (name == "log_dir") {
     c.log_dir = s;
   } else if (name == "redirects" || name == "tee") {
     auto spec = agent::StdSpec::parse(s);
@@ -141,31 +204,25 @@ void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   } else if (name == "log_line_prefix_template") {
     c.log_line_prefix_template = s;
   } else if (name == "local_ranks_filter") {
-    if (s.empty()) {
-      c.local_ranks_filter.reset();
-    } else {
-      std::set<int> ranks;
-      for (const auto& item : split(s, ',')) {
-        auto n = parse_int(item);
-        if (!n || *n < 0) fail(v, "expected a comma-separated list of local ranks, e.g. 0,1");
-        ranks.insert(static_cast<int>(*n));
-      }
-      c.local_ranks_filter = std::move(ranks);
-    }
-  } else if (name == "duplicate_stdout_filters" || name == "duplicate_stderr_filters") {
-    std::vector<std::string> filters;
-    if (!s.empty()) {
-      for (auto& f : comma_list(s)) {
-        if (!f.empty()) filters.push_back(std::move(f));
-      }
-    }
-    (name == "duplicate_stdout_filters" ? c.duplicate_stdout_filters : c.duplicate_stderr_filters) =
-        std::move(filters);
+    apply_local_ranks_filter(c, v);
+  } else if (name == "duplicate_stdout_filters") {
+    c.duplicate_stdout_filters = duplicate_filters(s);
+  } else if (name == "duplicate_stderr_filters") {
+    c.duplicate_stderr_filters = duplicate_filters(s);
   } else if (name == "logs_specs") {
     c.logs_specs = s;
-  } else if (name == "numa_binding") {
-    c.numa_binding = s;
+  } else {
+    return false;
   }
+  return true;
+}
+
+// Every value flag in flag_table() has an owner above; a name none owns is left alone.
+void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+  if (apply_node_value(c, name, v)) return;
+  if (apply_rendezvous_value(c, name, v)) return;
+  if (apply_worker_value(c, name, v)) return;
+  apply_log_value(c, name, v);
 }
 
 void apply_switch(LaunchConfig& c, const std::string& name, bool on) {
@@ -183,6 +240,98 @@ void apply_switch(LaunchConfig& c, const std::string& name, bool on) {
     c.no_python = on;
   else if (name == "run_path")
     c.run_path = on;
+}
+
+// What the command line and PET_* said, by canonical flag name: the command line's last value
+// wins, and PET_* only fills in what the command line left out.
+struct RawFlags {
+  std::map<std::string, RawValue> values;
+  std::map<std::string, bool> switches;
+};
+
+// Finds the flag one option token names. `spelled` is the option as the user wrote it (for
+// messages); `inline_value` is what followed "=" or a short option's letter.
+const Flag& identify_flag(const std::string& a, std::string& spelled,
+                          std::optional<std::string>& inline_value) {
+  if (a[1] == '-') {
+    size_t eq = a.find('=');
+    spelled = a.substr(0, eq);
+    if (eq != std::string::npos) inline_value = a.substr(eq + 1);
+    bool ambiguous = false;
+    const Flag* flag = find_long_flag(std::string_view(spelled).substr(2), ambiguous);
+    if (!flag) {
+      throw CliError(ambiguous ? "ambiguous option " + spelled + " (say which one)"
+                               : "unrecognized option " + spelled);
+    }
+    return *flag;
+  }
+  const Flag* flag = find_short_flag(a[1]);
+  spelled = a.substr(0, 2);
+  if (!flag) throw CliError("unrecognized option " + a);
+  if (a.size() > 2) {
+    if (!flag->takes_value) throw CliError("unrecognized option " + a);
+    inline_value = a.substr(a[2] == '=' ? 3 : 2);
+  }
+  return *flag;
+}
+
+// Reads the options into `raw` up to the entrypoint: the first non-option, or whatever follows
+// "--". The entrypoint and everything after it go into `c` verbatim.
+void read_options(const std::vector<std::string>& args, RawFlags& raw, LaunchConfig& c) {
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.size() < 2 || a[0] != '-') break;  // the entrypoint
+    std::string spelled;
+    std::optional<std::string> inline_value;
+    const Flag& flag = identify_flag(a, spelled, inline_value);
+    const std::string name(flag.name);
+    if (!flag.takes_value) {
+      if (inline_value) throw CliError(spelled + " takes no value");
+      raw.switches[name] = true;
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) throw CliError(spelled + " needs a value");
+      inline_value = args[++i];
+    }
+    raw.values[name] = RawValue{*inline_value, spelled};
+  }
+  if (i < args.size()) {
+    c.entrypoint = args[i];
+    c.entrypoint_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  }
+}
+
+// PET_<FLAG> for everything not given on the command line.
+void read_pet_defaults(const GetEnv& getenv, RawFlags& raw) {
+  for (const Flag& f : flag_table()) {
+    const std::string name(f.name);
+    if (name == "help" || name == "version") continue;
+    if (raw.values.count(name) || raw.switches.count(name)) continue;
+    const std::string var = pet_variable(name);
+    auto env = getenv(var);
+    if (!env || env->empty()) continue;
+    if (f.takes_value) {
+      raw.values[name] = RawValue{*env, var};
+    } else {
+      raw.switches[name] = pet_bool(var, *env);
+    }
+  }
+}
+
+// Checks that involve more than one flag, made once every flag has been applied.
+void check_combination(const LaunchConfig& c) {
+  if (c.module && c.no_python) {
+    throw CliError("-m/--module and --no-python cannot be used together");
+  }
+  if (c.entrypoint.empty()) {
+    throw CliError("missing the entrypoint: a script.py, a -m module or a program to run");
+  }
 }
 
 }  // namespace
@@ -209,86 +358,21 @@ std::vector<std::string> split(std::string_view text, char sep) {
 
 LaunchConfig parse_command_line(const std::vector<std::string>& args, const GetEnv& getenv) {
   LaunchConfig c;
-  std::map<std::string, RawValue> values;  // canonical name -> last value given
-  std::map<std::string, bool> switches;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a.size() < 2 || a[0] != '-') break;  // the entrypoint
-    const Flag* flag = nullptr;
-    std::optional<std::string> inline_value;
-    std::string spelled;
-    if (a[1] == '-') {
-      size_t eq = a.find('=');
-      spelled = a.substr(0, eq);
-      if (eq != std::string::npos) inline_value = a.substr(eq + 1);
-      bool ambiguous = false;
-      flag = find_long_flag(std::string_view(spelled).substr(2), ambiguous);
-      if (!flag) {
-        throw CliError(ambiguous ? "ambiguous option " + spelled + " (say which one)"
-                                 : "unrecognized option " + spelled);
-      }
-    } else {
-      flag = find_short_flag(a[1]);
-      spelled = a.substr(0, 2);
-      if (!flag) throw CliError("unrecognized option " + a);
-      if (a.size() > 2) {
-        if (!flag->takes_value) throw CliError("unrecognized option " + a);
-        inline_value = a.substr(a[2] == '=' ? 3 : 2);
-      }
-    }
-    const std::string name(flag->name);
-    if (!flag->takes_value) {
-      if (inline_value) throw CliError(spelled + " takes no value");
-      switches[name] = true;
-      continue;
-    }
-    if (!inline_value) {
-      if (i + 1 >= args.size()) throw CliError(spelled + " needs a value");
-      inline_value = args[++i];
-    }
-    values[name] = RawValue{*inline_value, spelled};
-  }
-  if (i < args.size()) {
-    c.entrypoint = args[i];
-    c.entrypoint_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-  }
+  RawFlags raw;
+  read_options(args, raw, c);
+  read_pet_defaults(getenv, raw);
 
-  // PET_<FLAG> for everything not given on the command line.
-  for (const Flag& f : flag_table()) {
-    const std::string name(f.name);
-    if (name == "help" || name == "version") continue;
-    if (values.count(name) || switches.count(name)) continue;
-    const std::string var = pet_variable(name);
-    auto env = getenv(var);
-    if (!env || env->empty()) continue;
-    if (f.takes_value) {
-      values[name] = RawValue{*env, var};
-    } else {
-      switches[name] = pet_bool(var, *env);
-    }
-  }
-
-  for (const auto& [name, on] : switches) {
+  for (const auto& [name, on] : raw.switches) {
     apply_switch(c, name, on);
     if (on) c.given.insert(name);
   }
   if (c.help || c.version) return c;
-  for (const auto& [name, v] : values) {
+  for (const auto& [name, v] : raw.values) {
     apply_value(c, name, v);
     c.given.insert(name);
   }
   if (c.signals.empty()) apply_value(c, "signals_to_handle", RawValue{c.signals_to_handle, ""});
-  if (c.module && c.no_python) {
-    throw CliError("-m/--module and --no-python cannot be used together");
-  }
-  if (c.entrypoint.empty()) {
-    throw CliError("missing the entrypoint: a script.py, a -m module or a program to run");
-  }
+  check_combination(c);
   return c;
 }
 

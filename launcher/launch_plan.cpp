@@ -3,13 +3,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/sys/log.hpp"
-#include "agent/process/log_dir.hpp"
+#include <stdexcept>
+
 #include "agent/worker_env.hpp"
+#include "launcher/bind_hosts.hpp"
 #include "launcher/devices.hpp"
 #include "launcher/entrypoint.hpp"
 #include "launcher/flags.hpp"
 #include "launcher/multinode_plan.hpp"
+#include "store/sys/net.hpp"
 #include "store/sys/random.hpp"
 
 namespace ddprun::launcher {
@@ -33,87 +35,52 @@ int resolve_nproc(const LaunchConfig& c, const GetEnv& getenv) {
   return static_cast<int>(*parse_int(n));
 }
 
-agent::LocalRendezvousOptions choose_rendezvous(const LaunchConfig& c, LaunchPlan& plan) {
+// kStandalone, and one node with no port chosen: as torchrun 2.x, a free port each attempt
+// (not a fixed 29500 that another job may be using), loopback only.
+void use_loopback_store(agent::LocalRendezvousOptions& r) {
+  r.run_id = sys::random_uuid();
+  r.bind_host = "127.0.0.1";
+  r.port = 0;
+  r.master_addr = "localhost";
+}
+
+// The single-node rendezvous of a command line that classify_launch did not call multi-node.
+agent::LocalRendezvousOptions local_rendezvous(const LaunchConfig& c, const LaunchClass& lc,
+                                               std::vector<std::string>& notices) {
+  const Endpoint& ep = lc.endpoint;
   agent::LocalRendezvousOptions r;
-  auto loopback_store = [&](const std::string& run_id) {
-    r.backend = "c10d";
-    r.run_id = run_id;
-    r.bind_host = "127.0.0.1";
-    r.port = 0;
-    r.master_addr = "localhost";
-  };
-  if (c.standalone) {
-    for (const char* f : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
-      if (c.given.count(f)) plan.notices.push_back("--standalone: ignoring " + dashed(f));
-    }
-    loopback_store(sys::random_uuid());
-    return r;
-  }
-  if (c.rdzv_backend == "c10d") {
-    Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");  // local (multinode_plan)
-    r.backend = "c10d";
-    r.run_id = c.rdzv_id;
-    r.port = ep.port < 0 ? 29400 : ep.port;
-    r.master_addr = ep.host.empty() ? "localhost" : ep.host;
-    r.bind_host = ep.host.find(':') != std::string::npos ? "::" : "0.0.0.0";
-    if (ep.host.empty() || ep.host == "localhost" || ep.host.starts_with("127.")) {
-      r.bind_host = "127.0.0.1";
-    }
-    return r;
-  }
-  // static
-  if (!c.rdzv_endpoint.empty()) {
-    Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");
-    if (ep.port < 0)
-      throw CliError("--rdzv-endpoint=" + c.rdzv_endpoint + ": the static backend needs HOST:PORT");
-    r.master_addr = ep.host;
-    r.port = ep.port;
-  } else if (c.master_port) {
-    r.master_addr = c.master_addr;
-    r.port = *c.master_port;
-  } else {
-    // As torchrun 2.x: one node and no port chosen means a free port, not a fixed 29500
-    // that another job may be using.
-    loopback_store(sys::random_uuid());
-    return r;
-  }
-  r.backend = "static";
   r.run_id = c.rdzv_id;
-  // The store host of a static job is reachable from other machines, like torchrun's.
-  r.bind_host = r.master_addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
-  return r;
+  r.max_restarts = c.max_restarts;
+  switch (lc.kind) {
+    case LaunchKind::kStandalone:
+      for (const char* f : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
+        if (c.given.count(f)) notices.push_back("--standalone: ignoring " + dashed(f));
+      }
+      use_loopback_store(r);
+      return r;
+    case LaunchKind::kSingleNodeC10d:
+      // The endpoint is empty or loopback: a literal is bound as named (127.0.0.5, ::1),
+      // "localhost" and no host at all on 127.0.0.1.
+      r.port = ep.port.value_or(29400);
+      r.master_addr = ep.host.empty() ? "localhost" : ep.host;
+      r.bind_host = sys::is_address_literal(ep.host) ? ep.host : "127.0.0.1";
+      return r;
+    case LaunchKind::kSingleNodeStatic:
+      if (!ep.port) {
+        use_loopback_store(r);
+        return r;
+      }
+      r.port = *ep.port;
+      r.master_addr = ep.host;
+      r.bind_host = bind_address(ep.host, is_ipv6_literal(ep.host));
+      return r;
+    case LaunchKind::kMultiNode:
+      break;
+  }
+  throw std::logic_error("local_rendezvous: a multi-node command line");
 }
 
 }  // namespace
-
-Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
-  Endpoint ep;
-  std::string port_text;
-  if (text.starts_with("[")) {
-    size_t close = text.find(']');
-    if (close == std::string::npos) throw CliError(flag + "=" + text + ": missing ']'");
-    ep.host = text.substr(1, close - 1);
-    std::string rest = text.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':') throw CliError(flag + "=" + text + ": expected [HOST]:PORT");
-      port_text = rest.substr(1);
-    }
-  } else {
-    size_t colon = text.rfind(':');
-    if (colon != std::string::npos && text.find(':') == colon) {
-      ep.host = text.substr(0, colon);
-      port_text = text.substr(colon + 1);
-    } else {
-      ep.host = text;  // no port, or a bare IPv6 address
-    }
-  }
-  if (!port_text.empty() || text.ends_with(":")) {
-    auto p = parse_int(port_text);
-    if (!p || *p < 0 || *p > 65535) throw CliError(flag + "=" + text + ": bad port");
-    ep.port = static_cast<int>(*p);
-  }
-  return ep;
-}
 
 LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
                             std::vector<std::string> environ_strings) {
@@ -122,8 +89,13 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
     throw CliError("--logs-specs loads a Python plugin into torchrun; ddprun has none");
   }
   if (!c.numa_binding.empty()) throw CliError(std::string(kNotYet) + "--numa-binding");
-  plan.multi_node = multi_node_settings(c, plan.notices);
-  if (!plan.multi_node) plan.rendezvous = choose_rendezvous(c, plan);
+  LaunchClass lc = classify_launch(c);
+  plan.kind = lc.kind;
+  if (lc.kind == LaunchKind::kMultiNode) {
+    plan.multi_node = multi_node_settings(c, lc.endpoint, plan.notices);
+  } else {
+    plan.rendezvous = local_rendezvous(c, lc, plan.notices);
+  }
 
   agent::WorkerSpec& s = plan.spec;
   s.local_world_size = resolve_nproc(c, getenv);
@@ -133,7 +105,6 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
   s.args = cmd.args;
   s.entrypoint_name = cmd.name;
   s.role = c.role;
-  s.max_restarts = c.max_restarts;
   s.signals_to_handle = c.signals;
   s.signals_to_handle_text = c.signals_to_handle;
 

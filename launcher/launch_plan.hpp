@@ -12,13 +12,15 @@
 #include "agent/worker_spec.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/launch_config.hpp"
+#include "launcher/launch_kind.hpp"
 
 namespace ddprun::launcher {
 
 struct LaunchPlan {
   agent::WorkerSpec spec;
-  agent::LocalRendezvousOptions rendezvous;            // one node
-  std::optional<agent::RendezvousSettings> multi_node;  // set: the store-backed rendezvous
+  LaunchKind kind = LaunchKind::kStandalone;
+  agent::LocalRendezvousOptions rendezvous;             // one node (every kind but kMultiNode)
+  std::optional<agent::RendezvousSettings> multi_node;  // kMultiNode: the store-backed one
   std::vector<std::string> notices;  // one line each, printed before the workers start
 };
 
@@ -26,12 +28,5 @@ struct LaunchPlan {
 // Throws CliError.
 LaunchPlan make_launch_plan(const LaunchConfig& config, const GetEnv& getenv,
                             std::vector<std::string> environ_strings);
-
-struct Endpoint {
-  std::string host;  // without IPv6 brackets
-  int port = -1;     // -1: not given
-};
-// "host", "host:port", "[v6]:port"; throws CliError (naming `flag`) when malformed.
-Endpoint parse_endpoint(const std::string& text, const std::string& flag);
 
 }  // namespace ddprun::launcher

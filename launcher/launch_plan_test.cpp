@@ -106,14 +106,17 @@ TEST_F(LaunchPlanTest, RendezvousChoices) {
   auto dflt = plan({"train"});
   EXPECT_EQ(dflt.rendezvous.port, 0);  // torchrun 2.x: no port given on one node
   auto fixed = plan({"--master_addr=10.1.2.3", "--master_port=29511", "train"});
-  EXPECT_EQ(fixed.rendezvous.backend, "static");
   EXPECT_EQ(fixed.rendezvous.port, 29511);
   EXPECT_EQ(fixed.rendezvous.master_addr, "10.1.2.3");
-  EXPECT_EQ(fixed.rendezvous.bind_host, "0.0.0.0");
+  EXPECT_EQ(fixed.rendezvous.bind_host, "10.1.2.3");  // the address named, not every interface
   EXPECT_EQ(fixed.rendezvous.run_id, "none");
   auto c10d = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "--rdzv_id=j", "train"});
   EXPECT_EQ(c10d.rendezvous.port, 0);
   EXPECT_EQ(c10d.rendezvous.run_id, "j");
+  // The restart budget is the rendezvous's, on every single-node kind.
+  EXPECT_EQ(plan({"--max_restarts=2", "train"}).rendezvous.max_restarts, 2);
+  EXPECT_EQ(plan({"--standalone", "--max_restarts=3", "train"}).rendezvous.max_restarts, 3);
+  EXPECT_EQ(plan({"--rdzv_backend=c10d", "--max_restarts=4", "train"}).rendezvous.max_restarts, 4);
 }
 
 TEST_F(LaunchPlanTest, StaticMultiNode) {
@@ -153,7 +156,8 @@ TEST_F(LaunchPlanTest, ElasticC10d) {
   EXPECT_EQ(s.node_rank_hint, -1);  // not given
   EXPECT_EQ(s.endpoint_host, "fe80::1");
   EXPECT_EQ(s.endpoint_port, 1234);
-  EXPECT_EQ(s.bind_host, "::");
+  EXPECT_EQ(s.bind_host, "fe80::1");
+  EXPECT_EQ(s.workers_bind_host, "::");  // no --local-addr: the IPv6 wildcard
   EXPECT_EQ(s.run_id, "job7");
   EXPECT_EQ(s.max_restarts, 3);
   EXPECT_EQ(s.join_timeout.count(), 2500);
@@ -207,13 +211,93 @@ TEST_F(LaunchPlanTest, VisibleDeviceEntries) {
   EXPECT_EQ(visible_device_entries("GPU-abc,1"), 2);
 }
 
-TEST_F(LaunchPlanTest, Endpoints) {
-  auto a = parse_endpoint("[::1]:29400", "--x");
-  EXPECT_EQ(a.host, "::1");
-  EXPECT_EQ(a.port, 29400);
-  auto b = parse_endpoint("host", "--x");
-  EXPECT_EQ(b.port, -1);
-  EXPECT_THROW(parse_endpoint("host:abc", "--x"), CliError);
+// The single-node stores bind the address the user named (launcher/bind_hosts.hpp).
+TEST_F(LaunchPlanTest, SingleNodeC10dBindsTheLoopbackItNames) {
+  auto none = plan({"--rdzv_backend=c10d", "train"});
+  EXPECT_EQ(none.kind, LaunchKind::kSingleNodeC10d);
+  EXPECT_EQ(none.rendezvous.bind_host, "127.0.0.1");
+  EXPECT_EQ(none.rendezvous.master_addr, "localhost");
+  EXPECT_EQ(none.rendezvous.port, 29400);
+  auto name = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:29401", "train"});
+  EXPECT_EQ(name.rendezvous.bind_host, "127.0.0.1");
+  EXPECT_EQ(name.rendezvous.master_addr, "localhost");
+  EXPECT_EQ(name.rendezvous.port, 29401);
+  auto v4 = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29402", "train"});
+  EXPECT_EQ(v4.rendezvous.bind_host, "127.0.0.1");
+  EXPECT_EQ(v4.rendezvous.master_addr, "127.0.0.1");
+  auto other = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.5:29403", "train"});
+  EXPECT_EQ(other.rendezvous.bind_host, "127.0.0.5");  // where the workers connect
+  EXPECT_EQ(other.rendezvous.master_addr, "127.0.0.5");
+  auto v6 = plan({"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]:29404", "train"});
+  EXPECT_EQ(v6.kind, LaunchKind::kSingleNodeC10d);
+  EXPECT_EQ(v6.rendezvous.bind_host, "::1");  // not "::", every interface
+  EXPECT_EQ(v6.rendezvous.master_addr, "::1");
+  EXPECT_EQ(v6.rendezvous.port, 29404);
+}
+
+TEST_F(LaunchPlanTest, SingleNodeStaticBindsALiteralElseTheWildcard) {
+  auto dflt = plan({"--master_port=29511", "train"});  // --master-addr 127.0.0.1
+  EXPECT_EQ(dflt.kind, LaunchKind::kSingleNodeStatic);
+  EXPECT_EQ(dflt.rendezvous.bind_host, "127.0.0.1");
+  EXPECT_EQ(dflt.rendezvous.master_addr, "127.0.0.1");
+  auto v6 = plan({"--master_addr=::1", "--master_port=29511", "train"});
+  EXPECT_EQ(v6.rendezvous.bind_host, "::1");
+  EXPECT_EQ(v6.rendezvous.master_addr, "::1");
+  auto name = plan({"--master_addr=node0", "--master_port=29511", "train"});
+  EXPECT_EQ(name.rendezvous.bind_host, "0.0.0.0");  // a name is not resolved
+  EXPECT_EQ(name.rendezvous.master_addr, "node0");
+  auto any = plan({"--master_addr=::", "--master_port=29511", "train"});
+  EXPECT_EQ(any.rendezvous.bind_host, "::");
+  auto ep = plan({"--rdzv_endpoint=[fd00::7]:29512", "train"});
+  EXPECT_EQ(ep.rendezvous.bind_host, "fd00::7");
+  EXPECT_EQ(ep.rendezvous.master_addr, "fd00::7");
+  EXPECT_EQ(ep.rendezvous.port, 29512);
+  auto ep_name = plan({"--rdzv_endpoint=node0:29513", "train"});
+  EXPECT_EQ(ep_name.rendezvous.bind_host, "0.0.0.0");
+  EXPECT_EQ(ep_name.rendezvous.master_addr, "node0");
+  auto free = plan({"--master_addr=10.1.2.3", "train"});  // no port: loopback, a free port
+  EXPECT_EQ(free.rendezvous.bind_host, "127.0.0.1");
+  EXPECT_EQ(free.rendezvous.master_addr, "localhost");
+  EXPECT_EQ(free.rendezvous.port, 0);
+}
+
+// Multi-node: bind_host is where this agent hosts the rendezvous store (the endpoint),
+// workers_bind_host where this node's workers' store listens (the advertised --local-addr).
+TEST_F(LaunchPlanTest, MultiNodeBindsTheEndpointAndTheLocalAddr) {
+  auto v4 = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=10.0.0.1:29400",
+                  "--local_addr=10.0.0.2", "train"});
+  EXPECT_EQ(v4.kind, LaunchKind::kMultiNode);
+  EXPECT_EQ(v4.multi_node->bind_host, "10.0.0.1");
+  EXPECT_EQ(v4.multi_node->workers_bind_host, "10.0.0.2");
+  auto names = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=storehost",
+                     "--local_addr=node1", "train"});
+  EXPECT_EQ(names.multi_node->bind_host, "0.0.0.0");
+  EXPECT_EQ(names.multi_node->workers_bind_host, "0.0.0.0");
+  auto no_local = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=storehost", "train"});
+  EXPECT_EQ(no_local.multi_node->workers_bind_host, "0.0.0.0");
+  auto v6_local = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=storehost",
+                        "--local_addr=fd00::2", "train"});
+  EXPECT_EQ(v6_local.multi_node->bind_host, "::");  // a name, on an IPv6 network
+  EXPECT_EQ(v6_local.multi_node->workers_bind_host, "fd00::2");
+  auto v6_ep = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=[fd00::1]:29400",
+                     "--local_addr=node1", "train"});
+  EXPECT_EQ(v6_ep.multi_node->bind_host, "fd00::1");
+  EXPECT_EQ(v6_ep.multi_node->workers_bind_host, "::");
+  auto any = plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=0.0.0.0:29400", "train"});
+  EXPECT_EQ(any.multi_node->bind_host, "0.0.0.0");
+  // Static: node 0 hosts the store at --master-addr:--master-port, by the same rule.
+  auto st = plan({"--nnodes=2", "--master_addr=10.0.0.1", "--master_port=29511",
+                  "--local_addr=10.0.0.1", "train"});
+  EXPECT_EQ(st.multi_node->bind_host, "10.0.0.1");
+  EXPECT_EQ(st.multi_node->workers_bind_host, "10.0.0.1");
+  auto st_name = plan({"--nnodes=2", "--master_addr=node0", "train"});
+  EXPECT_EQ(st_name.multi_node->bind_host, "0.0.0.0");
+  EXPECT_EQ(st_name.multi_node->workers_bind_host, "0.0.0.0");
+  auto st_v6 = plan({"--nnodes=2", "--rdzv_endpoint=[fd00::1]:29511", "train"});
+  EXPECT_EQ(st_v6.multi_node->endpoint_host, "fd00::1");
+  EXPECT_EQ(st_v6.multi_node->endpoint_port, 29511);
+  EXPECT_EQ(st_v6.multi_node->bind_host, "fd00::1");
+  EXPECT_EQ(st_v6.multi_node->workers_bind_host, "::");
 }
 
 TEST_F(LaunchPlanTest, LogDirThatIsAFile) {

@@ -13,12 +13,13 @@
 #include "agent/agent.hpp"
 #include "agent/process/guardian.hpp"
 #include "agent/rendezvous/local_rendezvous.hpp"
-#include "store/sys/log.hpp"
 #include "agent/rendezvous/store_rendezvous.hpp"
-#include "store/sys/fd.hpp"
 #include "launcher/cli_parser.hpp"
+#include "launcher/exit_codes.hpp"
 #include "launcher/launch_plan.hpp"
 #include "launcher/usage.hpp"
+#include "store/sys/fd.hpp"
+#include "store/sys/log.hpp"
 
 extern char** environ;
 
@@ -59,18 +60,18 @@ int main(int argc, char** argv) {
     launcher::LaunchConfig config = launcher::parse_command_line(args, get_env);
     if (config.help) {
       print(STDOUT_FILENO, launcher::help_text());
-      return 0;
+      return launcher::kExitSuccess;
     }
     if (config.version) {
       print(STDOUT_FILENO, launcher::version_text());
-      return 0;
+      return launcher::kExitSuccess;
     }
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
     plan = launcher::make_launch_plan(config, get_env, std::move(env));
   } catch (const launcher::CliError& e) {
     print(STDERR_FILENO, launcher::usage_line() + "ddprun: error: " + e.what() + "\n");
-    return 2;
+    return launcher::kExitUsage;
   }
   for (const auto& notice : plan.notices) sys::log_line(notice);
 
@@ -90,5 +91,13 @@ int main(int argc, char** argv) {
     rendezvous = std::make_unique<agent::LocalRendezvous>(io, plan.rendezvous);
   }
   agent::Agent job(io, std::move(plan.spec), std::move(rendezvous), guardian.get());
-  return job.run();
+  const agent::JobResult result = job.run();
+  const int code = launcher::exit_code(result);
+  // The job's last line: why it ended, and the exit code that says so.
+  if (code != launcher::kExitSuccess) {
+    sys::log_line(result.what + ", exiting with " + std::to_string(code));
+  } else if (!result.what.empty()) {
+    sys::log_line(result.what);
+  }
+  return code;
 }

@@ -1,22 +1,21 @@
-// The multi-node part of the launch plan: which command lines need the store-backed
-// rendezvous (agent::StoreRendezvous) and its settings, from --nnodes, --rdzv-*, --node-rank,
-// --master-*, --local-addr and --max-restarts. Single-node command lines keep the local
-// rendezvous (launch_plan.cpp).
+// The multi-node part of the launch plan: the settings of the store-backed rendezvous
+// (agent::StoreRendezvous) for a command line classified LaunchKind::kMultiNode
+// (launch_kind.hpp), from --nnodes, --rdzv-*, --node-rank, --local-addr and --max-restarts.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/rendezvous/settings.hpp"
 #include "launcher/launch_config.hpp"
+#include "launcher/launch_kind.hpp"
 
 namespace ddprun::launcher {
 
-// nullopt: one node, local rendezvous. Throws CliError on inconsistent flags; adds one-line
-// notices (e.g. --rdzv-id none) to `notices`.
-std::optional<agent::RendezvousSettings> multi_node_settings(const LaunchConfig& config,
-                                                             std::vector<std::string>& notices);
+// `endpoint` is classify_launch's (the flags are already validated there). Throws CliError on
+// a bad --rdzv-conf value; adds one-line notices (e.g. --rdzv-id none) to `notices`.
+agent::RendezvousSettings multi_node_settings(const LaunchConfig& config, const Endpoint& endpoint,
+                                              std::vector<std::string>& notices);
 
 // --rdzv-conf values applied to `settings`; throws CliError on a bad value.
 void apply_rdzv_conf(const LaunchConfig& config, agent::RendezvousSettings& settings,

@@ -99,8 +99,10 @@ std::string help_text() {
       "variable PET_<FLAG> (PET_NPROC_PER_NODE=4; switches read PET_STANDALONE=1).\n"
       "\n"
       "Exit status: 0 when every worker exited 0; the root-cause worker's exit code when the\n"
-      "job failed (128 + N if signal N killed it; torchrun always exits 1); 128 + N when\n"
-      "ddprun itself got signal N; 2 for bad arguments (nothing is started).\n";
+      "job failed (128 + N if signal N killed it, 127 if it could not be executed; torchrun\n"
+      "always exits 1); 1 when the rendezvous failed, the store was lost, the workers could\n"
+      "not start or the job failed on another node; 128 + N when ddprun itself got signal N;\n"
+      "2 for bad arguments (nothing is started).\n";
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "store/client_frames.hpp"
 #include "store/socket_io.hpp"
 #include "store/wire.hpp"
 #include "store/sys/fd.hpp"
@@ -17,35 +18,9 @@ namespace {
 using Kind = StoreError::Kind;
 using socket_io::Status;
 
-// Replies longer than this are treated as a protocol error rather than allocated.
-constexpr uint64_t kMaxReplyBytes = 1ull << 30;
-
-std::string frame(Op op) {
-  std::string out;
-  wire::put_u8(out, torch2_opcode(op));
-  return out;
-}
-
-std::string frame(Op op, std::string_view key) {
-  std::string out = frame(op);
-  wire::put_bytes(out, key);
-  return out;
-}
-
-std::string frame_keys(Op op, const std::vector<std::string>& keys) {
-  std::string out = frame(op);
-  wire::put_u64(out, keys.size());
-  for (const std::string& key : keys) wire::put_bytes(out, key);
-  return out;
-}
-
-std::string hello_frame(uint32_t nonce) {
-  std::string out = frame(Op::kValidate);
-  wire::put_u32(out, kValidationMagic);
-  out += frame(Op::kPing);
-  wire::put_u32(out, nonce);
-  return out;
-}
+using client_frames::frame;
+using client_frames::frame_keys;
+using client_frames::kMaxReplyBytes;
 
 }  // namespace
 
@@ -98,7 +73,7 @@ std::unique_ptr<Client> Client::connect(const std::string& host, uint16_t port,
 
 void Client::handshake(Clock::time_point deadline) {
   uint32_t nonce = static_cast<uint32_t>(::getpid());
-  send(hello_frame(nonce), deadline);
+  send(client_frames::hello_frame(nonce), deadline);
   char echo[4];
   recv(echo, sizeof echo, deadline);
   if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
@@ -172,9 +147,7 @@ void Client::await_release(std::chrono::milliseconds timeout, const std::string&
 }
 
 void Client::set(std::string_view key, std::string_view value) {
-  std::string f = frame(Op::kSet, key);
-  wire::put_bytes(f, value);
-  send(f, deadline());
+  send(client_frames::key_value_frame(Op::kSet, key, value), deadline());
 }
 
 std::string Client::get(std::string_view key) {
@@ -188,18 +161,13 @@ std::string Client::get(std::string_view key, std::chrono::milliseconds timeout)
 }
 
 int64_t Client::add(std::string_view key, int64_t delta) {
-  std::string f = frame(Op::kAdd, key);
-  wire::put_i64(f, delta);
-  send(f, deadline());
+  send(client_frames::key_i64_frame(Op::kAdd, key, delta), deadline());
   return recv_i64(deadline());
 }
 
 std::string Client::compare_set(std::string_view key, std::string_view expected,
                                 std::string_view desired) {
-  std::string f = frame(Op::kCompareSet, key);
-  wire::put_bytes(f, expected);
-  wire::put_bytes(f, desired);
-  send(f, deadline());
+  send(client_frames::compare_set_frame(Op::kCompareSet, key, expected, desired), deadline());
   return recv_bytes(deadline());
 }
 
@@ -230,9 +198,7 @@ bool Client::delete_key(std::string_view key) {
 }
 
 void Client::append(std::string_view key, std::string_view value) {
-  std::string f = frame(Op::kAppend, key);
-  wire::put_bytes(f, value);
-  send(f, deadline());
+  send(client_frames::key_value_frame(Op::kAppend, key, value), deadline());
 }
 
 std::vector<std::string> Client::multi_get(const std::vector<std::string>& keys) {
@@ -245,19 +211,11 @@ std::vector<std::string> Client::multi_get(const std::vector<std::string>& keys)
 }
 
 void Client::multi_set(const std::vector<std::pair<std::string, std::string>>& kvs) {
-  std::string f = frame(Op::kMultiSet);
-  wire::put_i64(f, static_cast<int64_t>(kvs.size()));
-  for (const auto& [key, value] : kvs) {
-    wire::put_bytes(f, key);
-    wire::put_bytes(f, value);
-  }
-  send(f, deadline());
+  send(client_frames::multi_set_frame(kvs), deadline());
 }
 
 void Client::queue_push(std::string_view key, std::string_view value) {
-  std::string f = frame(Op::kQueuePush, key);
-  wire::put_bytes(f, value);
-  send(f, deadline());
+  send(client_frames::key_value_frame(Op::kQueuePush, key, value), deadline());
 }
 
 std::optional<std::string> Client::queue_pop(std::string_view key) {
@@ -281,27 +239,20 @@ std::vector<std::string> Client::list_keys() {
 }
 
 void Client::barrier(std::string_view key, int64_t world_size, std::chrono::milliseconds timeout) {
-  std::string f = frame(Op::kBarrier, key);
-  wire::put_i64(f, world_size);
-  send(f, deadline());
+  send(client_frames::key_i64_frame(Op::kBarrier, key, world_size), deadline());
   await_release(timeout, "BARRIER");
 }
 
 void Client::ping() {
   auto nonce = static_cast<uint32_t>(Clock::now().time_since_epoch().count());
-  std::string f = frame(Op::kPing);
-  wire::put_u32(f, nonce);
-  send(f, deadline());
+  send(client_frames::ping_frame(nonce), deadline());
   char echo[4];
   recv(echo, 4, deadline());
   if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
 }
 
 void Client::set_will(std::string_view key, std::string_view expected, std::string_view desired) {
-  std::string f = frame(Op::kSetWill, key);
-  wire::put_bytes(f, expected);
-  wire::put_bytes(f, desired);
-  send(f, deadline());
+  send(client_frames::compare_set_frame(Op::kSetWill, key, expected, desired), deadline());
   if (recv_u8(deadline()) != kExtensionAck) fail(Kind::kProtocol, "bad reply to SET_WILL");
 }
 
@@ -309,10 +260,7 @@ void Client::keep_alive(std::chrono::milliseconds interval, int probes) {
   if (interval.count() <= 0 || probes < 1) {
     throw std::invalid_argument("keep_alive: interval and probes must be positive");
   }
-  std::string f = frame(Op::kKeepAlive);
-  wire::put_i64(f, interval.count());
-  wire::put_u32(f, static_cast<uint32_t>(probes));
-  send(f, deadline());
+  send(client_frames::keep_alive_frame(interval, probes), deadline());
   if (recv_u8(deadline()) != kExtensionAck) fail(Kind::kProtocol, "bad reply to KEEP_ALIVE");
   socket_io::set_keep_alive(fd_.get(), interval, probes);  // best effort on our side
 }

@@ -1,6 +1,6 @@
 // The c10d TCPStore wire protocol: opcodes of both dialects, limits and the decoded request.
 // Pure data and functions (no I/O, no Boost) so the frame parser builds anywhere, including
-// the clang libFuzzer build. See ../shared/docs/tcpstore-wire-protocol.md for the bytes.
+// the clang libFuzzer build. See PROTOCOL.md for the bytes.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "agent/process/child_process.hpp"
 
+#include <fcntl.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -8,6 +9,7 @@
 
 #include <cerrno>
 #include <system_error>
+
 #include "store/sys/fd.hpp"
 
 namespace ddprun::agent {
@@ -18,8 +20,12 @@ void child_write(const char* s) {
   (void)!::write(STDERR_FILENO, s, ::strlen(s));
 }
 
+// Where the child reports a failed execve's errno to the agent (a close-on-exec pipe).
+int g_exec_error_fd = -1;
+
 [[noreturn]] void child_fail(const char* what, const char* path) {
   int err = errno;
+  (void)!::write(g_exec_error_fd, &err, sizeof err);
   child_write("[ddprun] cannot execute ");
   child_write(path);
   child_write(": ");
@@ -44,7 +50,9 @@ void close_from(int first) {
   if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the agent died before prctl
   if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) child_fail("dup2", req.path);
   if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, STDERR_FILENO) < 0) child_fail("dup2", req.path);
-  close_from(3);
+  // Keep the error pipe (close-on-exec) just above stderr, close everything else.
+  if (::dup3(g_exec_error_fd, 3, O_CLOEXEC) == 3) g_exec_error_fd = 3;
+  close_from(g_exec_error_fd == 3 ? 4 : 3);
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
   ::execve(req.path, req.argv, req.envp);
   child_fail("execve", req.path);
@@ -72,12 +80,17 @@ ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
   dfl.sa_handler = SIG_DFL;
   ::sigemptyset(&dfl.sa_mask);
   const pid_t parent = ::getpid();
+  sys::Pipe exec_error = sys::make_pipe();
+  ::fcntl(exec_error.read.get(), F_SETFL, O_NONBLOCK);
   pid_t pid;
   {
     // No signal handler may run in the child before its dispositions are reset.
     BlockAllSignals blocked;
     pid = ::fork();
-    if (pid == 0) run_child(request, parent, blocked.old(), dfl);
+    if (pid == 0) {
+      g_exec_error_fd = exec_error.write.get();
+      run_child(request, parent, blocked.old(), dfl);
+    }
   }
   if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
   // glibc 2.36's <sys/pidfd.h> lacks extern "C"; call the system call directly.
@@ -88,12 +101,13 @@ ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
     ::waitpid(pid, nullptr, 0);
     throw std::system_error(err, std::generic_category(), "pidfd_open");
   }
-  return ChildProcess(pid, sys::UniqueFd(fd));
+  return ChildProcess(pid, sys::UniqueFd(fd), std::move(exec_error.read));
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::move(other.pidfd_)),
+      exec_error_(std::move(other.exec_error_)),
       reaped_(std::exchange(other.reaped_, true)) {}
 
 ChildProcess::~ChildProcess() {
@@ -109,7 +123,7 @@ void ChildProcess::signal_group(int sig) const {
   if (::kill(-pid_, sig) != 0 && errno == ESRCH) ::kill(pid_, sig);
 }
 
-ExitCode ChildProcess::reap() {
+ExitStatus ChildProcess::reap() {
   siginfo_t info{};
   // Peek first: the zombie keeps the group id reserved while we kill the rest of the group.
   while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
@@ -118,8 +132,12 @@ ExitCode ChildProcess::reap() {
   while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED) < 0 && errno == EINTR) {
   }
   reaped_ = true;
-  if (info.si_code == CLD_EXITED) return info.si_status;
-  return -info.si_status;  // CLD_KILLED / CLD_DUMPED
+  int err = 0;
+  if (exec_error_ && ::read(exec_error_.get(), &err, sizeof err) == sizeof err) {
+    return ExitStatus::exec_failed(err);
+  }
+  if (info.si_code == CLD_EXITED) return ExitStatus::exited(info.si_status);
+  return ExitStatus::signaled(info.si_status);  // CLD_KILLED / CLD_DUMPED
 }
 
 }  // namespace ddprun::agent

@@ -16,6 +16,7 @@
 
 #include <vector>
 
+#include "agent/process/exit_status.hpp"
 #include "store/sys/fd.hpp"
 
 namespace ddprun::agent {
@@ -30,14 +31,10 @@ struct SpawnRequest {
   std::vector<int> reset_signals;
 };
 
-// The exit of a process in torchrun's convention: the exit status (>= 0), or minus the number
-// of the signal that killed it.
-using ExitCode = int;
-
 class ChildProcess {
  public:
   // Forks and execs; throws std::system_error if fork or pidfd_open fails. A failing execve
-  // is reported by the child on its stderr and shows as exit code 127.
+  // is reported by the child on its stderr and, through a close-on-exec pipe, to reap().
   static ChildProcess spawn(const SpawnRequest& request);
 
   ChildProcess(ChildProcess&& other) noexcept;
@@ -56,12 +53,14 @@ class ChildProcess {
   // Call once the process has exited (pidfd readable). While the leader is still a zombie
   // (so its pid, which is the group id, cannot be reused), SIGKILLs whatever is left in its
   // process group — grandchildren such as DataLoader workers — then reaps it.
-  ExitCode reap();
+  ExitStatus reap();
 
  private:
-  ChildProcess(pid_t pid, sys::UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  ChildProcess(pid_t pid, sys::UniqueFd pidfd, sys::UniqueFd exec_error)
+      : pid_(pid), pidfd_(std::move(pidfd)), exec_error_(std::move(exec_error)) {}
   pid_t pid_ = -1;
   sys::UniqueFd pidfd_;
+  sys::UniqueFd exec_error_;  // read end: the child's errno if its execve failed
   bool reaped_ = false;
 };
 

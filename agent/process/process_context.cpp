@@ -131,13 +131,13 @@ void ProcessContext::watch_exit(size_t index) {
 void ProcessContext::on_exit(size_t index) {
   Slot& slot = *slots_[index];
   pid_t pid = slot.child->pid();
-  ExitCode code = slot.child->reap();
+  ExitStatus status = slot.child->reap();
   if (guardian_) guardian_->unwatch(pid);
   if (slot.out_pump) slot.out_pump->finish();
   if (slot.err_pump) slot.err_pump->finish();
   boost::system::error_code ignored;
   slot.pidfd->close(ignored);
-  slot.exit = WorkerExit{code, unix_now(), ++sequence_};
+  slot.exit = WorkerExit{status, unix_now(), ++sequence_};
   if (on_exit_) on_exit_(slot.launch.local_rank);
 }
 

@@ -48,7 +48,7 @@ struct WorkerLaunch {
 };
 
 struct WorkerExit {
-  ExitCode exitcode = 0;  // exit status, or -signal
+  ExitStatus status;
   int64_t unix_time = 0;  // when ddprun saw it (seconds)
   uint64_t sequence = 0;  // order of observation across the attempt
 };

@@ -67,9 +67,9 @@ TEST_F(ProcessContextTest, ReportsExitCodesAndSignals) {
   pctx.start("/bin/sh", std::move(ls), {});
   run_all(pctx);
   EXPECT_EQ(exits, 3);
-  EXPECT_EQ(pctx.exit_of(0)->exitcode, 3);
-  EXPECT_EQ(pctx.exit_of(1)->exitcode, -9);
-  EXPECT_EQ(pctx.exit_of(2)->exitcode, 0);
+  EXPECT_EQ(pctx.exit_of(0)->status, ExitStatus::exited(3));
+  EXPECT_EQ(pctx.exit_of(1)->status, ExitStatus::signaled(9));
+  EXPECT_EQ(pctx.exit_of(2)->status, ExitStatus::exited(0));
 }
 
 TEST_F(ProcessContextTest, SignalAllReachesTheWorkers) {
@@ -84,8 +84,8 @@ TEST_F(ProcessContextTest, SignalAllReachesTheWorkers) {
   for (int i = 0; i < 5000 && !fs::exists(ready); ++i) ::usleep(1000);
   pctx.signal_all(SIGTERM);
   run_all(pctx);
-  EXPECT_EQ(pctx.exit_of(0)->exitcode, -SIGTERM);
-  EXPECT_EQ(pctx.exit_of(1)->exitcode, 7);
+  EXPECT_EQ(pctx.exit_of(0)->status, ExitStatus::signaled(SIGTERM));
+  EXPECT_EQ(pctx.exit_of(1)->status, ExitStatus::exited(7));
 }
 
 TEST_F(ProcessContextTest, TeeWritesFileAndPrefixedWholeLines) {
@@ -122,7 +122,7 @@ TEST_F(ProcessContextTest, WorkersLeadTheirOwnProcessGroupAndTheirChildrenDieWit
                          ".pgid; exit 0"));
   pctx.start("/bin/sh", std::move(ls), {});
   run_all(pctx);
-  EXPECT_EQ(pctx.exit_of(0)->exitcode, 0);
+  EXPECT_EQ(pctx.exit_of(0)->status, ExitStatus::exited(0));
   pid_t grandchild = std::stoi(slurp(pidfile));
   EXPECT_EQ(std::stoi(slurp(pidfile + ".pgid")), pctx.pid_of(0));
   for (int i = 0; i < 1000 && alive(grandchild); ++i) ::usleep(1000);
@@ -138,7 +138,9 @@ TEST_F(ProcessContextTest, ExecFailureIsExit127WithAMessage) {
   ls.push_back(std::move(l));
   pctx.start("/nonexistent/program", std::move(ls), {});
   run_all(pctx);
-  EXPECT_EQ(pctx.exit_of(0)->exitcode, 127);
+  EXPECT_EQ(pctx.exit_of(0)->status.kind, ExitStatus::Kind::kExecFailed);
+  EXPECT_EQ(pctx.exit_of(0)->status.value, ENOENT);
+  EXPECT_EQ(pctx.exit_of(0)->status.torchrun_code(), 127);
   EXPECT_NE(slurp(dir_ / "stderr.log").find("cannot execute /nonexistent/program"),
             std::string::npos);
 }

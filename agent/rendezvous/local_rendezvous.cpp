@@ -4,6 +4,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <system_error>
+#include <utility>
 
 #include "store/server.hpp"
 
@@ -14,8 +15,9 @@ LocalRendezvous::LocalRendezvous(boost::asio::io_context& io, LocalRendezvousOpt
 
 LocalRendezvous::~LocalRendezvous() = default;
 
-boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int restart_count,
-                                                                        int local_world_size) {
+boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int local_world_size) {
+  if (std::exchange(restart_next_, false)) ++restart_count_;
+  const int restart_count = restart_count_;
   // Fresh state for this attempt: drop the previous store (and its connections) first, so a
   // fixed port can be bound again.
   server_.reset();
@@ -53,7 +55,16 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int rest
   info.store_host = options_.master_addr;
   info.store_port = server_->port();
   info.restart_count = restart_count;
+  info.max_restarts = options_.max_restarts;
   co_return info;
+}
+
+boost::asio::awaitable<RoundEnd> LocalRendezvous::report_failure() {
+  RoundEnd end;
+  end.kind = RoundEnd::Kind::kWorkerFailed;
+  end.restart_allowed = restart_count_ < options_.max_restarts;
+  restart_next_ = end.restart_allowed;
+  co_return end;
 }
 
 boost::asio::awaitable<void> LocalRendezvous::shutdown(Exit) {

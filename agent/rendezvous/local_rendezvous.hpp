@@ -21,8 +21,8 @@ class Server;
 namespace ddprun::agent {
 
 struct LocalRendezvousOptions {
-  std::string backend = "static";  // reported by backend(): "static" or "c10d" (standalone)
   std::string run_id = "none";
+  int max_restarts = 0;                   // --max-restarts: the job's restart budget
   std::string bind_host = "0.0.0.0";      // where the store listens
   int port = 0;                           // 0: a free port per attempt
   std::string master_addr = "127.0.0.1";  // what workers get as MASTER_ADDR
@@ -33,16 +33,18 @@ class LocalRendezvous final : public RendezvousHandler {
   LocalRendezvous(boost::asio::io_context& io, LocalRendezvousOptions options);
   ~LocalRendezvous() override;
 
-  std::string_view backend() const override { return options_.backend; }
   const std::string& run_id() const override { return options_.run_id; }
-  boost::asio::awaitable<RendezvousInfo> next_rendezvous(int restart_count,
-                                                         int local_world_size) override;
+  boost::asio::awaitable<RendezvousInfo> next_rendezvous(int local_world_size) override;
+  // Counts the restart the next round will be, if the budget allows one.
+  boost::asio::awaitable<RoundEnd> report_failure() override;
   boost::asio::awaitable<void> shutdown(Exit how) override;
 
  private:
   boost::asio::io_context& io_;
   LocalRendezvousOptions options_;
   std::unique_ptr<store::Server> server_;
+  int restart_count_ = 0;      // of the round that runs (the one owner of this number)
+  bool restart_next_ = false;  // the running round failed with a restart allowed
 };
 
 }  // namespace ddprun::agent

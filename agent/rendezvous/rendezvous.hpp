@@ -29,11 +29,11 @@ struct RendezvousInfo {
   bool use_agent_store = true;  // TORCHELASTIC_USE_AGENT_STORE
   std::string store_host;       // where that store listens, as a person should read it
   int store_port = 0;
-  // TORCHELASTIC_RESTART_COUNT and the restart budget, the same on every node of a
-  // multi-node job (kept in the store); a single node echoes the restart count it was given
-  // and leaves max_restarts at -1 (this node's --max-restarts).
+  // TORCHELASTIC_RESTART_COUNT and the job's restart budget (TORCHELASTIC_MAX_RESTARTS). The
+  // handler owns both: it counts restarts (multi-node: in the store, the same on every node)
+  // and answers whether another is allowed; the agent only reads them.
   int restart_count = 0;
-  int max_restarts = -1;
+  int max_restarts = 0;
 };
 
 // Why a round ended, as every node of the job sees it: the first event wins.
@@ -46,8 +46,10 @@ struct RoundEnd {
     kStoreLost,     // the rendezvous store is gone: stop, exit non-zero
   };
   Kind kind = Kind::kSucceeded;
-  bool local = false;  // kWorkerFailed: this node's own workers
-  std::string what;    // for the log: "node 2 (10.0.0.3) lost its connection to the store"
+  std::string what;  // for the log: "node 2 (10.0.0.3) lost its connection to the store"
+  // kWorkerFailed: whether the job's restart budget allows one more restart (the handler's
+  // answer; the next round then carries restart_count + 1).
+  bool restart_allowed = false;
 };
 
 // A rendezvous that cannot complete (e.g. the store's port is taken, the endpoint is
@@ -67,15 +69,12 @@ class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
 
-  virtual std::string_view backend() const = 0;   // "static", "c10d", ...
   virtual const std::string& run_id() const = 0;  // TORCHELASTIC_RUN_ID
 
-  // Joins the next round for attempt `restart_count` of a node running `local_world_size`
-  // workers. The workers of every round get a store with fresh state: torch 2.x workers
-  // expect a new store per attempt, torch 1.13 workers prefix keys with /worker/attempt_<N>.
-  // Throws RendezvousError.
-  virtual boost::asio::awaitable<RendezvousInfo> next_rendezvous(int restart_count,
-                                                                 int local_world_size) = 0;
+  // Joins the next round for a node running `local_world_size` workers. The workers of every round
+  // get a store with fresh state: torch 2.x workers expect a new store per attempt, torch 1.13
+  // workers prefix keys with /worker/attempt_<N>. Throws RendezvousError.
+  virtual boost::asio::awaitable<RendezvousInfo> next_rendezvous(int local_world_size) = 0;
 
   // The event that ended the running round, once another node (or the store) ended it;
   // nullopt while it runs. Single node: always nullopt.
@@ -84,15 +83,13 @@ class RendezvousHandler {
   virtual void on_round_end(std::function<void()> callback) { (void)callback; }
 
   // This node's workers failed: ends the round for every node. Returns what ended it
-  // (another node's event may have come first).
-  virtual boost::asio::awaitable<RoundEnd> report_failure() {
-    co_return RoundEnd{RoundEnd::Kind::kWorkerFailed, true, {}};
-  }
+  // (another node's event may have come first) and, for a failure, whether a restart is left.
+  virtual boost::asio::awaitable<RoundEnd> report_failure() = 0;
   // This node's workers all exited 0: the exit barrier. Returns kSucceeded once every node's
   // workers have (or after the exit barrier's timeout), else the event that ended the round
   // first; the node then re-forms with the others.
   virtual boost::asio::awaitable<RoundEnd> report_success() {
-    co_return RoundEnd{RoundEnd::Kind::kSucceeded, true, {}};
+    co_return RoundEnd{RoundEnd::Kind::kSucceeded, {}, false};
   }
 
   // A signal arrived: abandon blocking waits (next_rendezvous throws, report_success returns).

@@ -1,11 +1,11 @@
-// RoundProtocol: the multi-node rendezvous as blocking store calls (the protocol itself; see
+// RoundProtocol: the multi-node rendezvous itself, as coroutines over a RendezvousStore (see
 // agent/README.md, "Multi-node rendezvous", for the keys and the rules). StoreRendezvous runs
-// it on a worker thread so the agent's io_context never blocks; the rendezvous-only benchmark
-// harness drives many of them, one per thread.
+// it on the agent's io_context over the c10d store; tests run N of them as N threads over a
+// MemoryStore; the benchmark harness drives many over a real store.
 //
-// All keys are relative to the job's prefix (PrefixClient). Per round R ("r/R/..."):
+// All keys are relative to the job's prefix (PrefixStore). Per round R ("r/R/..."):
 //   join        ADD counter: a joiner's index is the value it gets, minus one
-//   node/<i>    the joiner's NodeDesc (JSON)       id/<agent id>  its index
+//   node/<i>    the joiner's NodeDesc (one line)    id/<agent id>  its presence
 //   closed      {"n":members,"restarts":count} set once by COMPARE_SET; first closer wins
 //   members     the N members' descriptors, one per line, written by the winning closer
 //   change      why the round ended, set once by COMPARE_SET (first event wins):
@@ -16,17 +16,17 @@
 // Job-wide: "round" (the round newcomers look at), "max_restarts" (the first node's
 // --max-restarts: one budget for the job), "closed" (the job is over: late agents leave).
 //
-// Threads: one thread at a time (it owns no thread); interrupt() may come from any thread
-// through the PrefixClient.
+// Threads: the executor of its store client, one call at a time; it owns no thread.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "agent/rendezvous/node_ranks.hpp"
-#include "agent/rendezvous/prefix_client.hpp"
+#include "agent/rendezvous/rendezvous_store.hpp"
 #include "agent/rendezvous/settings.hpp"
 
 namespace ddprun::agent {
@@ -68,14 +68,18 @@ class JobClosed : public std::runtime_error {
 
 class RoundProtocol {
  public:
-  // `client` must outlive this object.
-  RoundProtocol(PrefixClient& client, const RendezvousSettings& settings, NodeDesc self);
+  template <typename T>
+  using awaitable = boost::asio::awaitable<T>;
+
+  // `store` (already under the job's prefix) and `settings` must outlive this object.
+  RoundProtocol(RendezvousStore& store, const RendezvousSettings& settings, NodeDesc self);
 
   // Joins rounds until this node is a member of a closed round. `previous`/`change`: the
   // round this node was a member of and how it ended (none on the first join). A node that
   // arrives while a round runs waits as a spare (and asks the round to end if it has room).
   // Throws RendezvousFailed, JobClosed, store::StoreError.
-  FormedRound join(const FormedRound* previous, const std::optional<RoundChange>& change);
+  awaitable<FormedRound> join(std::optional<FormedRound> previous,
+                              std::optional<RoundChange> change);
 
   // This node's descriptor for the next join (its workers' store port changes per round).
   void set_self(NodeDesc self);
@@ -84,18 +88,18 @@ class RoundProtocol {
   int max_restarts() const { return max_restarts_; }
 
   // Ends round `round` with `value` unless another event ended it first; returns the winner.
-  RoundChange end_round(int round, const std::string& value);
+  awaitable<RoundChange> end_round(int round, std::string value);
   // This node's workers all exited 0. Returns true if it was the last such node (the round
   // is then "done" and the job closed).
-  bool report_success(const FormedRound& formed);
+  awaitable<bool> report_success(FormedRound formed);
   // Marks the job over ("done" or "failed: ...") so late agents leave.
-  void close_job(const std::string& why);
+  awaitable<void> close_job(std::string why);
   // After the job ended: says goodbye, and for the store's host, waits (bounded) for the
   // others' goodbyes.
-  void say_bye(const FormedRound& formed);
-  void wait_byes(const FormedRound& formed, Millis timeout);
+  awaitable<void> say_bye(FormedRound formed);
+  awaitable<void> wait_byes(FormedRound formed, Millis timeout);
 
-  static std::string key(int round, const std::string& name);
+  static std::string key(int round, std::string_view name);
   static std::string node_key(int round, int index);
 
  private:
@@ -104,21 +108,29 @@ class RoundProtocol {
     int restarts = 0;
     bool won = false;  // this node's close_round() wrote the record: it writes "members"
   };
+  struct Attempt {  // the result of trying one round
+    std::optional<FormedRound> formed;
+    Closed closed;
+  };
   struct LastEnd {  // how the round before the one being joined ended
     int round = -1;
     int restarts = 0;
     RoundChange change;
   };
-  std::optional<FormedRound> try_round(int round, const std::vector<std::string>& expected,
-                                       Closed* closed);
-  Closed close_round(int round);
-  int restarts_for(int round);
-  Closed read_closed(int round, Millis timeout);
+  awaitable<int> first_round();
+  awaitable<Attempt> try_round(int round, std::vector<std::string> expected);
+  awaitable<Closed> await_close(int round, int index, std::vector<std::string> expected);
+  awaitable<std::optional<std::string>> read_members(int round, const Closed& closed);
+  FormedRound make_formed(int round, int index, const Closed& closed, std::string_view members);
+  awaitable<void> wait_as_spare(int round, const Closed& closed);
+  awaitable<Closed> close_round(int round);
+  awaitable<int> restarts_for(int round);
+  awaitable<Closed> read_closed(int round, Millis timeout);
   static Closed parse_closed(const std::string& text);
-  void check_job_open();
-  [[noreturn]] void min_not_reached(int round);
+  awaitable<void> check_job_open();
+  awaitable<void> min_not_reached(int round);
 
-  PrefixClient& client_;
+  RendezvousStore& store_;
   const RendezvousSettings& s_;
   NodeDesc self_;
   std::string self_text_;

@@ -34,7 +34,11 @@ struct RendezvousSettings {
   // nullopt = torchrun's rule (the endpoint names this machine), falling back to being a
   // client when the port is taken.
   std::optional<bool> is_host;
-  std::string bind_host = "0.0.0.0";  // where a hosted store listens ("::" for IPv6)
+  // Where the stores this agent hosts listen: the rendezvous store (when hosted here) and
+  // this node's workers' store (used when this node is rank 0 of a round). A specific
+  // address when the user named one, the wildcard ("0.0.0.0", "::") only when needed.
+  std::string bind_host = "0.0.0.0";
+  std::string workers_bind_host = "0.0.0.0";
 
   // This node.
   std::string local_addr;  // advertised address; empty = the host name

@@ -1,19 +1,19 @@
 #include "agent/rendezvous/store_rendezvous.hpp"
 
-#include <sys/random.h>
 #include <unistd.h>
 
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/post.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <system_error>
 
-#include "store/sys/net.hpp"
-#include "store/sys/log.hpp"
-#include "agent/rendezvous/round_watcher.hpp"
+#include "agent/rendezvous/c10d_store.hpp"
+#include "agent/rendezvous/prefix_store.hpp"
 #include "store/server.hpp"
+#include "store/sys/log.hpp"
+#include "store/sys/net.hpp"
+#include "store/sys/random.hpp"
 #include "store/sys/time_text.hpp"
 
 namespace ddprun::agent {
@@ -22,80 +22,17 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 using store::StoreError;
 
-namespace {
-
-std::string random_hex(int bytes) {
-  unsigned char b[16] = {};
-  if (::getrandom(b, static_cast<size_t>(bytes), 0) != bytes) {
-    auto t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-    for (int i = 0; i < bytes; ++i) b[i] = static_cast<unsigned char>(t >> (8 * (i % 8)));
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < bytes; ++i) {
-    out += kHex[b[i] >> 4];
-    out += kHex[b[i] & 15];
-  }
-  return out;
-}
-
-std::string bracketed(const std::string& host) {
-  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
-
-}  // namespace
-
 StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settings)
-    : io_(io), s_(std::move(settings)), event_timer_(io) {
+    : io_(io), s_(std::move(settings)), event_timer_(io), watch_wake_(io.get_executor()) {
   self_.addr = s_.local_addr.empty() ? sys::fq_host_name() : s_.local_addr;
-  self_.id = self_.addr + ":" + std::to_string(::getpid()) + ":" + random_hex(3);
+  self_.id = self_.addr + ":" + std::to_string(::getpid()) + ":" + sys::random_hex(3);
   self_.hint = s_.node_rank_hint;
 }
 
-StoreRendezvous::~StoreRendezvous() {
-  // A blocked call on the worker thread ends once its connection is interrupted.
-  if (client_) client_->interrupt();
-  pool_.join();
-  watcher_.reset();
-  workers_store_.reset();
-  client_.reset();
-  host_.reset();
-}
-
-// Callers pass closures that capture only pointers and references (to `this` and to named
-// locals of the awaiting coroutine, which outlive the call): GCC 12 copies temporaries of a
-// co_await expression bitwise into the coroutine frame, which corrupts a closure holding
-// std::string members (seen as a bad free under ASan).
-template <typename F>
-asio::awaitable<std::invoke_result_t<F>> StoreRendezvous::blocking(F f) {
-  // A plain completion handler rather than a coroutine on the pool: the result (or the
-  // exception) is handed back to the awaiting coroutine on the io_context.
-  using R = std::invoke_result_t<F>;
-  auto* fn = new F(std::move(f));
-  return asio::async_initiate<decltype(asio::use_awaitable), void(std::exception_ptr, R)>(
-      [this, fn](auto handler) {
-        asio::post(pool_, [handler = std::move(handler), fn]() mutable {
-          std::unique_ptr<F> owned(fn);
-          std::exception_ptr error;
-          auto result = std::make_unique<R>();
-          try {
-            *result = (*owned)();
-          } catch (...) {
-            error = std::current_exception();
-          }
-          owned.reset();
-          auto ex = asio::get_associated_executor(handler);
-          asio::dispatch(ex, [handler = std::move(handler), error, r = result.release()]() mutable {
-            std::unique_ptr<R> owned_result(r);
-            std::move(handler)(error, std::move(*owned_result));
-          });
-        });
-      },
-      asio::use_awaitable);
-}
+StoreRendezvous::~StoreRendezvous() = default;
 
 std::string StoreRendezvous::endpoint() const {
-  return bracketed(s_.endpoint_host) + ":" + std::to_string(s_.endpoint_port);
+  return sys::endpoint_text(s_.endpoint_host, s_.endpoint_port);
 }
 
 void StoreRendezvous::host_store() {
@@ -108,7 +45,7 @@ void StoreRendezvous::host_store() {
   try {
     host_ = std::make_unique<store::ServerThread>(opts);
     sys::log_line("hosting the rendezvous store of job '" + s_.run_id + "' on " +
-             bracketed(s_.bind_host) + ":" + std::to_string(host_->port()));
+                  sys::endpoint_text(s_.bind_host, host_->port()));
   } catch (const std::system_error& e) {
     if (s_.is_host) {
       throw RendezvousError(std::string("cannot host the rendezvous store: ") + e.what() +
@@ -123,87 +60,44 @@ void StoreRendezvous::host_store() {
 
 asio::awaitable<void> StoreRendezvous::connect() {
   host_store();
-  const std::string prefix = "/ddprun/" + s_.run_id + "/";
   store::ClientOptions opts;
   opts.connect_timeout = s_.join_timeout;
   opts.timeout = s_.read_timeout;
-  const std::string host = s_.endpoint_host;
   const auto port = static_cast<uint16_t>(s_.endpoint_port);
-  const Millis interval = s_.keep_alive_interval;
-  const int probes = s_.keep_alive_max_attempt;
-  std::unique_ptr<PrefixClient> watch_client;
+  std::unique_ptr<store::AsyncClient> main, watch;
+  std::optional<store::StoreError> error;
   try {
-    auto pair = co_await blocking([&] {
-      auto main = std::make_unique<PrefixClient>(store::Client::connect(host, port, opts), prefix);
-      auto watch = std::make_unique<PrefixClient>(store::Client::connect(host, port, opts), prefix);
-      main->keep_alive(interval, probes);
-      watch->keep_alive(interval, probes);
-      return std::make_pair(std::move(main), std::move(watch));
-    });
-    client_ = std::move(pair.first);
-    watch_client = std::move(pair.second);
-  } catch (const StoreError& e) {
-    if (e.kind() == StoreError::Kind::kConnect) {
-      throw RendezvousError("cannot reach the rendezvous store at " + endpoint() + " within " +
-                            sys::seconds_text(s_.join_timeout) + " (join_timeout): " + e.what());
-    }
+    main = co_await store::AsyncClient::connect(io_.get_executor(), s_.endpoint_host, port, opts);
+    watch = co_await store::AsyncClient::connect(io_.get_executor(), s_.endpoint_host, port, opts);
+    co_await main->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
+    co_await watch->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
+  } catch (const store::StoreError& e) {
+    error = e;
+  }
+  if (error && interrupted_) throw RendezvousError("rendezvous interrupted");
+  if (error && error->kind() == store::StoreError::Kind::kConnect) {
+    throw RendezvousError("cannot reach the rendezvous store at " + endpoint() + " within " +
+                          sys::seconds_text(s_.join_timeout) + " (join_timeout): " + error->what());
+  }
+  if (error) {
     throw RendezvousError("the rendezvous store at " + endpoint() +
-                          " does not work as a ddprun store (" + e.what() +
+                          " does not work as a ddprun store (" + error->what() +
                           "); point --rdzv-endpoint at a ddprun agent's or ddpstore's port");
   }
-  protocol_ = std::make_unique<RoundProtocol>(*client_, s_, self_);
-  watcher_ = std::make_unique<RoundWatcher>(
-      io_, std::move(watch_client),
-      [this](int round, std::optional<std::string> value, std::string error) {
-        on_change(round, std::move(value), std::move(error));
-      });
+  const std::string prefix = "/ddprun/" + s_.run_id + "/";
+  main_ = std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(main)), prefix);
+  watch_ = std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(watch)), prefix);
+  protocol_ = std::make_unique<RoundProtocol>(*main_, s_, self_);
+  watching_ = true;
+  asio::co_spawn(io_, watch_rounds(), asio::detached);
 }
 
-asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int, int local_world_size) {
-  if (store_broken_) throw RendezvousError("lost the rendezvous store at " + endpoint());
-  if (!protocol_) co_await connect();
-  // This node's workers' store for the round, ready before anyone can pick it as rank 0.
-  workers_store_.reset();
-  try {
-    store::ServerOptions opts;
-    opts.host = s_.bind_host;
-    opts.port = 0;
-    workers_store_ = std::make_unique<store::Server>(io_, opts);
-  } catch (const std::system_error& e) {
-    throw RendezvousError(std::string("cannot host the workers' store: ") + e.what());
-  }
-  self_.nproc = local_world_size;
-  self_.port = workers_store_->port();
-  NodeDesc self = self_;
-  const FormedRound* previous = formed_ ? &*formed_ : nullptr;
-  std::optional<RoundChange> change = last_change_;
-  const bool first = !formed_;
-  const auto started = Clock::now();
-  FormedRound f;
-  try {
-    auto work = [this, &self, previous, &change] {
-      protocol_->set_self(self);
-      return protocol_->join(previous, change);
-    };
-    f = co_await blocking(work);
-  } catch (const JobClosed& e) {
-    // A member of the finished job leaves with success; a late node did nothing: 1.
-    throw RendezvousError(e.what(), formed_ && e.succeeded() ? 0 : 1);
-  } catch (const RendezvousFailed& e) {
-    throw RendezvousError(e.what());
-  } catch (const StoreError& e) {
-    if (interrupted_) throw RendezvousError("rendezvous interrupted");
-    store_broken_ = true;
-    throw RendezvousError("lost the rendezvous store at " + endpoint() + ": " + e.what());
-  }
-  formed_ = f;
-  last_change_.reset();
-  round_end_.reset();
+namespace {
+
+// This node's place in a formed round: what the agent and its workers are told.
+RendezvousInfo info_for(const FormedRound& f, int max_restarts) {
   const int me = f.index;
   const int rank0 = f.ranks.rank0_index;
-  if (rank0 != me) workers_store_.reset();
-  watcher_->watch(f.round);
-
   RendezvousInfo info;
   info.round = f.round;
   info.group_rank = f.ranks.node_rank[me];
@@ -216,15 +110,59 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int, int local_
   info.store_host = info.master_addr;
   info.store_port = info.master_port;
   info.restart_count = f.restart_count;
-  info.max_restarts = protocol_->max_restarts();
+  info.max_restarts = max_restarts;
+  return info;
+}
+
+}  // namespace
+
+asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world_size) {
+  if (store_broken_) throw RendezvousError("lost the rendezvous store at " + endpoint());
+  if (!protocol_) co_await connect();
+  // This node's workers' store for the round, ready before anyone can pick it as rank 0.
+  workers_store_.reset();
+  try {
+    store::ServerOptions opts;
+    opts.host = s_.workers_bind_host;
+    opts.port = 0;
+    workers_store_ = std::make_unique<store::Server>(io_, opts);
+  } catch (const std::system_error& e) {
+    throw RendezvousError(std::string("cannot host the workers' store: ") + e.what());
+  }
+  self_.nproc = local_world_size;
+  self_.port = workers_store_->port();
+  protocol_->set_self(self_);
+  const bool first = !formed_;
+  const auto started = Clock::now();
+  FormedRound f;
+  try {
+    f = co_await protocol_->join(formed_, last_change_);
+  } catch (const JobClosed& e) {
+    // A member of the finished job leaves with success; a late node did nothing: 1.
+    throw RendezvousError(e.what(), formed_ && e.succeeded() ? 0 : 1);
+  } catch (const RendezvousFailed& e) {
+    throw RendezvousError(e.what());
+  } catch (const store::StoreError& e) {
+    if (interrupted_) throw RendezvousError("rendezvous interrupted");
+    store_broken_ = true;
+    throw RendezvousError("lost the rendezvous store at " + endpoint() + ": " + e.what());
+  }
+  formed_ = f;
+  last_change_.reset();
+  round_end_.reset();
+  if (f.ranks.rank0_index != f.index) workers_store_.reset();
+  watch_round_ = f.round;
+  watch_wake_.notify();
+
+  RendezvousInfo info = info_for(f, protocol_->max_restarts());
   auto ms = std::chrono::duration_cast<Millis>(Clock::now() - started).count();
   sys::log_line("rendezvous round " + std::to_string(f.round) + " of job '" + s_.run_id + "' (" +
-           std::string(s_.backend) + ", " + endpoint() + ") " + (first ? "formed" : "re-formed") +
-           " in " + std::to_string(ms) + " ms: node rank " + std::to_string(info.group_rank) +
-           " of " + std::to_string(info.group_world_size) + " nodes, world size " +
-           std::to_string(info.world_size) + ", master " + bracketed(info.master_addr) + ":" +
-           std::to_string(info.master_port) + ", restart count " +
-           std::to_string(info.restart_count) + " of " + std::to_string(info.max_restarts));
+                s_.backend + ", " + endpoint() + ") " + (first ? "formed" : "re-formed") + " in " +
+                std::to_string(ms) + " ms: node rank " + std::to_string(info.group_rank) + " of " +
+                std::to_string(info.group_world_size) + " nodes, world size " +
+                std::to_string(info.world_size) + ", master " +
+                sys::endpoint_text(info.master_addr, info.master_port) + ", restart count " +
+                std::to_string(info.restart_count) + " of " + std::to_string(info.max_restarts));
   co_return info;
 }
 
@@ -249,7 +187,7 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
       break;
     case RoundChange::Kind::kFail:
       e.kind = RoundEnd::Kind::kWorkerFailed;
-      e.local = c.node_id == self_.id;
+      e.restart_allowed = formed_ && formed_->restart_count < protocol_->max_restarts();
       e.what = node_name(c.node_id) + " reported a failed worker";
       break;
     case RoundChange::Kind::kJoin:
@@ -265,8 +203,33 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
 }
 
 RoundEnd StoreRendezvous::store_lost(const std::string& error) const {
-  return RoundEnd{RoundEnd::Kind::kStoreLost, false,
-                  "lost the rendezvous store at " + endpoint() + ": " + error};
+  return RoundEnd{RoundEnd::Kind::kStoreLost,
+                  "lost the rendezvous store at " + endpoint() + ": " + error, false};
+}
+
+// The round watcher: one WAIT per round on the watch connection, so any event that ends the
+// round (a node joined, died or failed, or all finished) reaches this agent the moment it is
+// written. Losing that connection means losing the store, which is reported the same way.
+asio::awaitable<void> StoreRendezvous::watch_rounds() {
+  for (;;) {
+    while (!watch_round_ && !stopping_) co_await watch_wake_.wait();
+    if (stopping_) break;
+    const int round = *std::exchange(watch_round_, std::nullopt);
+    std::optional<std::string> value;
+    std::string error;
+    try {
+      const std::string key = RoundProtocol::key(round, "change");
+      std::vector<std::string> keys{key};
+      co_await watch_->wait(std::move(keys), Millis(0));  // TCP keep-alive notices a dead store
+      value = co_await watch_->get(key, Millis(0));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (stopping_) break;
+    on_change(round, std::move(value), std::move(error));
+    if (!value) break;  // the connection is gone
+  }
+  watching_ = false;
 }
 
 void StoreRendezvous::on_change(int round, std::optional<std::string> value, std::string error) {
@@ -292,8 +255,7 @@ asio::awaitable<RoundEnd> StoreRendezvous::report_failure() {
   const int round = formed_->round;
   const std::string value = "fail:" + self_.id;
   try {
-    RoundChange c =
-        co_await blocking([this, round, &value] { return protocol_->end_round(round, value); });
+    RoundChange c = co_await protocol_->end_round(round, value);
     if (!round_end_) {
       last_change_ = c;
       round_end_ = describe(c);
@@ -308,10 +270,9 @@ asio::awaitable<RoundEnd> StoreRendezvous::report_failure() {
 }
 
 asio::awaitable<RoundEnd> StoreRendezvous::report_success() {
-  const FormedRound f = *formed_;
   if (!round_end_) {
     try {
-      co_await blocking([this, &f] { return protocol_->report_success(f); });
+      co_await protocol_->report_success(*formed_);
     } catch (const std::exception& e) {
       if (!round_end_) {
         store_broken_ = true;
@@ -328,41 +289,40 @@ asio::awaitable<RoundEnd> StoreRendezvous::report_success() {
   if (!round_end_) {
     if (!interrupted_) {
       sys::log_line("exit barrier: not every node finished within " +
-               sys::seconds_text(s_.exit_barrier_timeout) + "; leaving");
+                    sys::seconds_text(s_.exit_barrier_timeout) + "; leaving");
     }
-    co_return RoundEnd{RoundEnd::Kind::kSucceeded, true, "exit barrier timed out"};
+    co_return RoundEnd{RoundEnd::Kind::kSucceeded, "exit barrier timed out", false};
   }
   co_return *round_end_;
 }
 
 void StoreRendezvous::interrupt() {
   interrupted_ = true;
-  if (client_) client_->interrupt();
+  if (main_) main_->close();
   event_timer_.cancel();
+}
+
+asio::awaitable<void> StoreRendezvous::say_goodbye(Exit how) {
+  if (!protocol_ || interrupted_ || store_broken_ || how == Exit::kLeaving) co_return;
+  try {
+    if (how == Exit::kFailed) co_await protocol_->close_job("failed: no restarts left");
+    if (formed_) {
+      co_await protocol_->say_bye(*formed_);
+      // The store's host leaves last, so the others can still read how the job ended.
+      if (host_) co_await protocol_->wait_byes(*formed_, s_.close_timeout);
+    }
+  } catch (const std::exception&) {
+    // The store is gone: nothing left to tell anyone.
+  }
 }
 
 asio::awaitable<void> StoreRendezvous::shutdown(Exit how) {
   workers_store_.reset();
-  if (protocol_ && !interrupted_ && !store_broken_) {
-    std::optional<FormedRound> f = formed_;
-    const bool hosting = host_ != nullptr;
-    const Millis linger = s_.close_timeout;
-    try {
-      co_await blocking([this, how, &f, hosting, linger] {
-        if (how == Exit::kFailed) protocol_->close_job("failed: no restarts left");
-        if (f && how != Exit::kLeaving) protocol_->say_bye(*f);
-        // The store's host leaves last, so the others can still read how the job ended.
-        if (f && hosting && how != Exit::kLeaving) protocol_->wait_byes(*f, linger);
-        return 0;
-      });
-    } catch (const std::exception&) {
-      // The store is gone: nothing left to tell anyone.
-    }
-  }
-  watcher_.reset();
-  if (client_) client_->interrupt();
-  pool_.join();
-  client_.reset();  // a leaving node's will ends the running round for the others
+  co_await say_goodbye(how);
+  stopping_ = true;
+  watch_wake_.notify();
+  if (watch_) watch_->close();
+  if (main_) main_->close();  // a leaving node's will ends the running round for the others
   host_.reset();
 }
 

@@ -1,11 +1,11 @@
 // StoreRendezvous: the multi-node rendezvous (torchrun's c10d backend, and the static backend
 // with --node-rank) over our store. The protocol is RoundProtocol (round_protocol.hpp); this
-// class runs it without blocking the agent:
+// class runs it on the agent's io_context, with no thread of its own:
 //
-//   * blocking store calls run on one worker thread (a 1-thread pool); the awaiting coroutine
-//     resumes on the agent's io_context when they finish;
-//   * a RoundWatcher thread waits on the running round's "change" key on its own connection
-//     and posts the event to the io_context (round_end()/on_round_end());
+//   * two connections to the rendezvous store (store::AsyncClient behind C10dStore, under the
+//     job's prefix): the main one runs the protocol, the other parks in WAIT on the running
+//     round's "change" key (the round watcher, a coroutine) and reports the event through
+//     round_end()/on_round_end();
 //   * the rendezvous store is hosted in this process (a ServerThread) when this agent is the
 //     endpoint's host (static node 0; c10d by torchrun's is_host rule), else it is a client of
 //     another agent's store or of a separately started ddpstore;
@@ -13,23 +13,25 @@
 //     round's node-rank-0 agent keeps its own and the others close theirs, so workers get
 //     MASTER_ADDR = that node's advertised address and MASTER_PORT = that fresh port.
 //
-// Both connections to the rendezvous store have TCP keep-alive (keep_alive_interval x
-// keep_alive_max_attempt), on the store's side too, and the agent leaves a "last will" on
-// its main connection: if it closes (the agent died, its host vanished), the store ends the
-// running round with "dead:<id>" and the survivors re-form at once.
+// Both connections have TCP keep-alive (keep_alive_interval x keep_alive_max_attempt), on the
+// store's side too, and the agent leaves a "last will" on its main connection: if it closes
+// (the agent died, its host vanished), the store ends the running round with "dead:<id>" and
+// the survivors re-form at once. The restart count and budget are the protocol's (the store's):
+// this handler answers whether a restart is allowed.
 //
-// Threads: the io_context thread only, except that the worker thread runs RoundProtocol.
+// Threads: the io_context thread only.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <memory>
 #include <optional>
 
-#include "agent/rendezvous/settings.hpp"
 #include "agent/rendezvous/rendezvous.hpp"
+#include "agent/rendezvous/rendezvous_store.hpp"
 #include "agent/rendezvous/round_protocol.hpp"
+#include "agent/rendezvous/settings.hpp"
+#include "store/sys/wakeup.hpp"
 
 namespace ddprun::store {
 class Server;
@@ -38,17 +40,13 @@ class ServerThread;
 
 namespace ddprun::agent {
 
-class RoundWatcher;
-
 class StoreRendezvous final : public RendezvousHandler {
  public:
   StoreRendezvous(boost::asio::io_context& io, RendezvousSettings settings);
   ~StoreRendezvous() override;
 
-  std::string_view backend() const override { return s_.backend; }
   const std::string& run_id() const override { return s_.run_id; }
-  boost::asio::awaitable<RendezvousInfo> next_rendezvous(int restart_count,
-                                                         int local_world_size) override;
+  boost::asio::awaitable<RendezvousInfo> next_rendezvous(int local_world_size) override;
   std::optional<RoundEnd> round_end() const override { return round_end_; }
   void on_round_end(std::function<void()> callback) override { callback_ = std::move(callback); }
   boost::asio::awaitable<RoundEnd> report_failure() override;
@@ -59,31 +57,33 @@ class StoreRendezvous final : public RendezvousHandler {
  private:
   boost::asio::awaitable<void> connect();
   void host_store();
+  boost::asio::awaitable<void> watch_rounds();
   void on_change(int round, std::optional<std::string> value, std::string error);
   RoundEnd describe(const RoundChange& change) const;
   RoundEnd store_lost(const std::string& error) const;
   std::string endpoint() const;
   std::string node_name(const std::string& id) const;
-  // Runs `f` on the worker thread; resumes on the io_context with its result or exception.
-  template <typename F>
-  boost::asio::awaitable<std::invoke_result_t<F>> blocking(F f);
+  boost::asio::awaitable<void> say_goodbye(Exit how);
 
   boost::asio::io_context& io_;
   RendezvousSettings s_;
   NodeDesc self_;
   std::unique_ptr<store::ServerThread> host_;  // the rendezvous store, when hosted here
-  std::unique_ptr<PrefixClient> client_;       // used only on the worker thread
+  std::unique_ptr<RendezvousStore> main_;      // runs the protocol
+  std::unique_ptr<RendezvousStore> watch_;     // parked in WAIT on the round's change key
   std::unique_ptr<RoundProtocol> protocol_;
-  std::unique_ptr<RoundWatcher> watcher_;
   std::unique_ptr<store::Server> workers_store_;  // this round's, on io_
   std::optional<FormedRound> formed_;             // the round this node is a member of
   std::optional<RoundChange> last_change_;        // how formed_ ended
   std::optional<RoundEnd> round_end_;
   std::function<void()> callback_;
   boost::asio::steady_timer event_timer_;  // wakes report_success's wait
+  sys::Wakeup watch_wake_;                 // a new round to watch, or shutdown
+  std::optional<int> watch_round_;
+  bool watching_ = false;  // the watcher coroutine runs
+  bool stopping_ = false;
   bool interrupted_ = false;
   bool store_broken_ = false;
-  boost::asio::thread_pool pool_{1};  // last: joined first, while the rest still exists
 };
 
 }  // namespace ddprun::agent

@@ -17,6 +17,8 @@ const std::string& host_name();
 void log_line(std::string_view tag, std::string_view message);
 
 // The agent's and launcher's lines: tag "[ddprun]".
-inline void log_line(std::string_view message) { log_line("[ddprun]", message); }
+inline void log_line(std::string_view message) {
+  log_line("[ddprun]", message);
+}
 
 }  // namespace ddprun::sys

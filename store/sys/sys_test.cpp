@@ -24,7 +24,8 @@ TEST(SysTest, EndpointTextBracketsIpv6Only) {
 }
 
 TEST(SysTest, OneLoopbackRule) {
-  for (const char* h : {"localhost", "127.0.0.1", "127.1.2.3", "::1"}) EXPECT_TRUE(is_loopback(h)) << h;
+  for (const char* h : {"localhost", "127.0.0.1", "127.1.2.3", "::1"})
+    EXPECT_TRUE(is_loopback(h)) << h;
   for (const char* h : {"", "0.0.0.0", "::", "10.0.0.1", "node1", "localhost.example", "::2"}) {
     EXPECT_FALSE(is_loopback(h)) << h;
   }

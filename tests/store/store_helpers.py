@@ -2,7 +2,7 @@
 
 The byte-level client covers what PyTorch's Python API does not reach (CANCEL_WAIT races,
 queues, LIST_KEYS, BARRIER, malformed input). Frames follow
-../shared/docs/tcpstore-wire-protocol.md; little-endian integers, u64-length strings.
+store/PROTOCOL.md; little-endian integers, u64-length strings.
 """
 import contextlib
 import os

@@ -1,6 +1,6 @@
-// rdzv_harness: the rendezvous alone, driven N-fold in one process — N simulated nodes, one
-// thread each, every one doing what an agent's StoreRendezvous does on its worker thread
-// (two connections with keep-alive, the RoundProtocol join, the watcher's WAIT on the round's
+// rdzv_harness: the rendezvous alone, driven N-fold in one process — N simulated nodes as N
+// coroutines on one io_context, every one doing what an agent's StoreRendezvous does (two
+// connections with keep-alive, the RoundProtocol join, the watcher's WAIT on the round's
 // change key), without spawning workers. Used by tests/bench/rdzv for node counts where
 // starting N real agents on one machine would measure the machine, not the rendezvous.
 //
@@ -12,18 +12,22 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "agent/rendezvous/c10d_store.hpp"
+#include "agent/rendezvous/prefix_store.hpp"
 #include "agent/rendezvous/round_protocol.hpp"
 
 using namespace ddprun;
 using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
 
 namespace {
 
@@ -33,6 +37,54 @@ namespace {
                "[--run-id ID] [--min N] [--last-call SECONDS]\n",
                why);
   std::exit(2);
+}
+
+struct Run {
+  const agent::RendezvousSettings& s;
+  std::string host;
+  uint16_t port;
+  Clock::time_point start;
+  std::vector<double> formed_ms;
+  int failures = 0;
+};
+
+asio::awaitable<std::unique_ptr<agent::RendezvousStore>> open_store(Run& run) {
+  store::ClientOptions o;
+  o.connect_timeout = std::chrono::seconds(60);
+  o.timeout = std::chrono::seconds(120);
+  auto ex = co_await asio::this_coro::executor;
+  auto client = co_await store::AsyncClient::connect(ex, run.host, run.port, o);
+  co_await client->keep_alive(run.s.keep_alive_interval, run.s.keep_alive_max_attempt);
+  co_return std::make_unique<agent::PrefixStore>(
+      std::make_unique<agent::C10dStore>(std::move(client)), "/ddprun/" + run.s.run_id + "/");
+}
+
+// What the agent's round watcher does for the running round.
+asio::awaitable<void> watch(agent::RendezvousStore& store, int round) {
+  std::vector<std::string> keys{agent::RoundProtocol::key(round, "change")};
+  co_await store.wait(std::move(keys), agent::Millis(0));
+}
+
+asio::awaitable<void> node(Run& run, int i) {
+  try {
+    auto main = co_await open_store(run);
+    auto watcher = co_await open_store(run);
+    agent::NodeDesc self;
+    self.addr = "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+    self.id = self.addr + ":" + std::to_string(i) + ":bench";
+    self.port = 20000 + i;
+    agent::RoundProtocol protocol(*main, run.s, self);
+    agent::FormedRound f = co_await protocol.join(std::nullopt, std::nullopt);
+    run.formed_ms[static_cast<size_t>(i)] =
+        std::chrono::duration<double, std::milli>(Clock::now() - run.start).count();
+    asio::co_spawn(co_await asio::this_coro::executor, watch(*watcher, f.round), asio::detached);
+    co_await protocol.report_success(f);
+    std::vector<std::string> done{agent::RoundProtocol::key(f.round, "change")};
+    co_await main->wait(std::move(done), agent::Millis(0));
+    watcher->close();
+  } catch (const std::exception& e) {
+    if (run.failures++ < 5) std::fprintf(stderr, "rdzv_harness: node %d: %s\n", i, e.what());
+  }
 }
 
 }  // namespace
@@ -76,51 +128,17 @@ int main(int argc, char** argv) {
   s.join_timeout = std::chrono::seconds(120);
   s.read_timeout = std::chrono::seconds(120);
 
-  std::vector<double> formed_ms(nodes, -1);
-  std::atomic<int> failures{0};
-  std::atomic<int> formed{0};
-  const auto start = Clock::now();
-  std::vector<std::thread> threads;
-  threads.reserve(nodes);
-  for (int i = 0; i < nodes; ++i) {
-    threads.emplace_back([&, i] {
-      try {
-        store::ClientOptions o;
-        o.connect_timeout = std::chrono::seconds(60);
-        o.timeout = std::chrono::seconds(120);
-        const std::string prefix = "/ddprun/" + run_id + "/";
-        agent::PrefixClient main(store::Client::connect(host, static_cast<uint16_t>(port), o),
-                                 prefix);
-        agent::PrefixClient watch(store::Client::connect(host, static_cast<uint16_t>(port), o),
-                                  prefix);
-        main.keep_alive(s.keep_alive_interval, s.keep_alive_max_attempt);
-        watch.keep_alive(s.keep_alive_interval, s.keep_alive_max_attempt);
-        agent::NodeDesc self;
-        self.addr = "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
-        self.id = self.addr + ":" + std::to_string(i) + ":bench";
-        self.port = 20000 + i;
-        agent::RoundProtocol protocol(main, s, self);
-        agent::FormedRound f = protocol.join(nullptr, {});
-        formed_ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-        formed.fetch_add(1);
-        // What the agent's watcher does for the running round, then the end of the job.
-        std::thread watcher(
-            [&] { watch.wait({agent::RoundProtocol::key(f.round, "change")}, agent::Millis(0)); });
-        protocol.report_success(f);
-        watcher.join();
-      } catch (const std::exception& e) {
-        if (failures.fetch_add(1) < 5)
-          std::fprintf(stderr, "rdzv_harness: node %d: %s\n", i, e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (failures.load() > 0) {
-    std::fprintf(stderr, "rdzv_harness: %d of %d nodes failed\n", failures.load(), nodes);
+  asio::io_context io(1);
+  Run run{s, host, static_cast<uint16_t>(port), Clock::now(),
+          std::vector<double>(static_cast<size_t>(nodes), -1)};
+  for (int i = 0; i < nodes; ++i) asio::co_spawn(io, node(run, i), asio::detached);
+  io.run();
+  if (run.failures > 0) {
+    std::fprintf(stderr, "rdzv_harness: %d of %d nodes failed\n", run.failures, nodes);
     return 1;
   }
-  std::sort(formed_ms.begin(), formed_ms.end());
-  std::printf("nodes %d formed_ms %.1f median_ms %.1f\n", nodes, formed_ms.back(),
-              formed_ms[formed_ms.size() / 2]);
+  std::sort(run.formed_ms.begin(), run.formed_ms.end());
+  std::printf("nodes %d formed_ms %.1f median_ms %.1f\n", nodes, run.formed_ms.back(),
+              run.formed_ms[run.formed_ms.size() / 2]);
   return 0;
 }

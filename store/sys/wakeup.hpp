@@ -1,6 +1,6 @@
-// Wakeup: a one-waiter event for coroutines on a single-threaded io_context. notify() wakes
-// the waiter (or the next wait() if none is waiting); wait_until() also ends at a deadline.
-// This is how worker exits and signals reach the agent loop without polling.
+// Wakeup (Boost.Asio, header-only): a one-waiter event for coroutines on a single-threaded
+// io_context. notify() wakes the waiter (or the next wait() if none is waiting); wait_until() also
+// ends at a deadline. This is how worker exits and signals reach the agent loop without polling.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -9,7 +9,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 
-namespace ddprun::agent {
+namespace ddprun::sys {
 
 class Wakeup {
  public:
@@ -41,4 +41,4 @@ class Wakeup {
   bool pending_ = false;
 };
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::sys

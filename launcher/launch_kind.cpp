@@ -1,0 +1,115 @@
+#include "launcher/launch_kind.hpp"
+
+#include "launcher/cli_parser.hpp"
+#include "store/sys/net.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string nnodes_text(const LaunchConfig& c) {
+  return c.min_nodes == c.max_nodes
+             ? std::to_string(c.max_nodes)
+             : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
+}
+
+LaunchClass classify_c10d(const LaunchConfig& c) {
+  Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");
+  if (c.max_nodes == 1 && (ep.host.empty() || sys::is_loopback(ep.host))) {
+    return {LaunchKind::kSingleNodeC10d, ep};  // the agent hosts the store at that port
+  }
+  if (ep.host.empty()) {
+    throw CliError("--rdzv-backend=c10d with --nnodes=" + nnodes_text(c) +
+                   " needs --rdzv-endpoint=HOST[:PORT] (the rendezvous store every node reaches)");
+  }
+  return {LaunchKind::kMultiNode, ep};
+}
+
+// Static: --rdzv-endpoint overrides --master-addr/--master-port, as in torchrun.
+Endpoint static_endpoint(const LaunchConfig& c) {
+  if (c.rdzv_endpoint.empty()) return {c.master_addr, c.master_port};
+  Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");
+  if (!ep.port || ep.host.empty()) {
+    throw CliError("--rdzv-endpoint=" + c.rdzv_endpoint + ": the static backend needs HOST:PORT");
+  }
+  return ep;
+}
+
+LaunchClass classify_static(const LaunchConfig& c) {
+  if (c.max_nodes == 1) {
+    if (c.node_rank > 0) {
+      throw CliError("--node-rank=" + std::to_string(c.node_rank) +
+                     " with --nnodes=1: the only node has rank 0");
+    }
+    return {LaunchKind::kSingleNodeStatic, static_endpoint(c)};
+  }
+  if (c.min_nodes != c.max_nodes) {
+    throw CliError("--nnodes=" + nnodes_text(c) +
+                   ": the static backend needs a fixed number of nodes (--nnodes=N); use "
+                   "--rdzv-backend=c10d for an elastic range");
+  }
+  if (c.node_rank >= c.max_nodes) {
+    throw CliError("--node-rank=" + std::to_string(c.node_rank) +
+                   " with --nnodes=" + std::to_string(c.max_nodes) + ": expected 0 to " +
+                   std::to_string(c.max_nodes - 1));
+  }
+  Endpoint ep = static_endpoint(c);
+  if (ep.port == 0) {
+    throw CliError("--master-port=0: the nodes of a static job must agree on a fixed port");
+  }
+  return {LaunchKind::kMultiNode, ep};
+}
+
+}  // namespace
+
+LaunchClass classify_launch(const LaunchConfig& c) {
+  if (c.standalone) {
+    if (c.max_nodes > 1) {
+      throw CliError("--standalone runs one node; for --nnodes=" + nnodes_text(c) +
+                     " use --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT (or the static flags)");
+    }
+    return {LaunchKind::kStandalone, {}};
+  }
+  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
+    throw CliError("the " + c.rdzv_backend +
+                   " rendezvous backend is not supported: use --rdzv-backend=c10d, with a "
+                   "ddpstore or a ddprun agent hosting the endpoint");
+  }
+  if (c.local_addr.find_first_of(" \t\n") != std::string::npos) {
+    throw CliError("--local-addr='" + c.local_addr + "': an address has no spaces");
+  }
+  return c.rdzv_backend == "c10d" ? classify_c10d(c) : classify_static(c);
+}
+
+Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
+  Endpoint ep;
+  std::string port_text;
+  bool has_port = false;  // a port separator was seen: "host:" is a bad port, "::" a host
+  if (text.starts_with("[")) {
+    size_t close = text.find(']');
+    if (close == std::string::npos) throw CliError(flag + "=" + text + ": missing ']'");
+    ep.host = text.substr(1, close - 1);
+    std::string rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') throw CliError(flag + "=" + text + ": expected [HOST]:PORT");
+      port_text = rest.substr(1);
+      has_port = true;
+    }
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon != std::string::npos && text.find(':') == colon) {
+      ep.host = text.substr(0, colon);
+      port_text = text.substr(colon + 1);
+      has_port = true;
+    } else {
+      ep.host = text;  // no port, or a bare IPv6 address
+    }
+  }
+  if (has_port) {
+    auto p = parse_int(port_text);
+    if (!p || *p < 0 || *p > 65535) throw CliError(flag + "=" + text + ": bad port");
+    ep.port = static_cast<int>(*p);
+  }
+  return ep;
+}
+
+}  // namespace ddprun::launcher
