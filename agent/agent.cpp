@@ -8,11 +8,7 @@
 #include <chrono>
 #include <set>
 
-#include "agent/failure.hpp"
-#include "agent/process/log_dir.hpp"
-#include "agent/state_machine.hpp"
-#include "agent/worker_group.hpp"
-#include "agent/worker_launch.hpp"
+#include "agent/agent_impl.hpp"
 #include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
@@ -22,16 +18,8 @@
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// What ended a phase: the event for the state machine, with the handler's answer on restarts.
-struct Observed {
-  Event event;
-  bool restart_allowed = false;
-  std::string what;  // for the log: which node, which error
-};
 
 Observed observed(const RoundEnd& end, bool own_failure) {
   switch (end.kind) {
@@ -52,59 +40,18 @@ Observed observed(const RoundEnd& end, bool own_failure) {
 
 }  // namespace
 
-class Agent::Impl {
- public:
-  Impl(asio::io_context& io, WorkerSpec spec, std::unique_ptr<RendezvousHandler> rdzv,
-       Guardian* guardian)
-      : io_(io),
-        spec_(std::move(spec)),
-        rdzv_(std::move(rdzv)),
-        guardian_(guardian),
-        group_(spec_, rdzv_->run_id()),
-        wake_(io.get_executor()),
-        signals_(io) {
-    reset_signals_ = spec_.signals_to_handle;
-    reset_signals_.push_back(SIGPIPE);
-  }
-
-  JobResult run();
-
- private:
-  asio::awaitable<JobResult> loop();
-  // Phases. Each returns the event that ended it, or nothing when it completed.
-  asio::awaitable<std::optional<Observed>> rendezvous_phase();
-  std::optional<Observed> start_phase();
-  asio::awaitable<Observed> monitor_phase();
-  asio::awaitable<Observed> exit_barrier_phase();
-  asio::awaitable<void> stop_phase();
-  asio::awaitable<JobResult> leave(const Decision& d, const Observed& seen);
-
-  void transition(const Decision& d, const Observed& seen);
-  std::vector<ProcessFailure> collect_failures(bool only_with_error_file);
-  void log_started();
-  bool any_failed() const;
-  void arm_signals();
-  void on_signal(int sig);
-
-  asio::io_context& io_;
-  WorkerSpec spec_;
-  std::unique_ptr<RendezvousHandler> rdzv_;
-  Guardian* guardian_;
-  WorkerGroup group_;
-  sys::Wakeup wake_;
-  asio::signal_set signals_;
-  std::vector<int> reset_signals_;
-  std::optional<RunLogDir> logs_;
-  bool keep_logs_ = true;
-  std::unique_ptr<ProcessContext> pctx_;
-  FilteredFiles filtered_;
-  Clock::time_point started_;
-  std::optional<int> signal_;
-  bool escalate_ = false;                 // a second signal: SIGKILL without the grace
-  bool in_rendezvous_ = false;            // a signal must interrupt the handler's waits
-  std::set<int> reported_;                // local ranks whose failure was collected this attempt
-  std::vector<ProcessFailure> failures_;  // of the attempt that just ended
-};
+Agent::Impl::Impl(asio::io_context& io, WorkerSpec spec, std::unique_ptr<RendezvousHandler> rdzv,
+                  Guardian* guardian)
+    : io_(io),
+      spec_(std::move(spec)),
+      rdzv_(std::move(rdzv)),
+      guardian_(guardian),
+      group_(spec_, rdzv_->run_id()),
+      wake_(io.get_executor()),
+      signals_(io) {
+  reset_signals_ = spec_.signals_to_handle;
+  reset_signals_.push_back(SIGPIPE);
+}
 
 JobResult Agent::Impl::run() {
   for (int sig : spec_.signals_to_handle) signals_.add(sig);
@@ -124,6 +71,8 @@ JobResult Agent::Impl::run() {
   io_.run();
   signals_.clear();
   pctx_.reset();  // kills and reaps anything left (only after an internal error)
+  health_.reset();
+  watchdog_.reset();
   return result;
 }
 
@@ -136,6 +85,10 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
   keep_logs_ = !logs_->temporary() || spec_.redirects.is_map() || spec_.tee.is_map() ||
                spec_.redirects.for_rank(0) != Std::kNone || spec_.tee.for_rank(0) != Std::kNone;
   rdzv_->on_round_end([this] { wake_.notify(); });
+  if (auto failed = open_watch()) {
+    Decision d = decide(WorkerState::kInit, failed->event, false);
+    co_return co_await leave(d, *failed);
+  }
   for (;;) {
     std::optional<Observed> early = co_await rendezvous_phase();
     if (!early) early = start_phase();
@@ -167,6 +120,7 @@ asio::awaitable<std::optional<Observed>> Agent::Impl::rendezvous_phase() {
   const int previous_restarts = group_.round().restart_count;
   const bool first = !pctx_;
   RendezvousInfo info;
+  const auto began = Clock::now();
   try {
     in_rendezvous_ = true;
     info = co_await rdzv_->next_rendezvous(spec_.local_world_size);
@@ -180,10 +134,14 @@ asio::awaitable<std::optional<Observed>> Agent::Impl::rendezvous_phase() {
   }
   if (signal_) co_return Observed{Event::kSignal, false, {}};
   group_.assign(info);
+  emit_round(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began));
   if (!first && info.restart_count > previous_restarts) {
     sys::log_line("restarting the worker group: attempt " + std::to_string(info.restart_count) +
                   " (" + std::to_string(info.restart_count) + " of " +
                   std::to_string(info.max_restarts) + " restarts used)");
+    events_.emit("restart", {{"attempt", info.restart_count},
+                             {"restart_count", info.restart_count},
+                             {"max_restarts", info.max_restarts}});
   }
   co_return std::nullopt;
 }
@@ -191,23 +149,35 @@ asio::awaitable<std::optional<Observed>> Agent::Impl::rendezvous_phase() {
 std::optional<Observed> Agent::Impl::start_phase() {
   const RendezvousInfo& round = group_.round();
   try {
-    std::string attempt_dir = logs_->make_attempt(round.restart_count, spec_.local_world_size);
+    attempt_dir_ = logs_->make_attempt(round.restart_count, spec_.local_world_size);
     reported_.clear();
     failures_.clear();
-    pctx_ = std::make_unique<ProcessContext>(io_, guardian_, [this](int) { wake_.notify(); });
-    pctx_->start(spec_.program, make_launches(group_, attempt_dir, filtered_), reset_signals_);
+    first_success_.reset();
+    pending_hangs_.clear();
+    hung_.clear();
+    exit_hung_.clear();
+    pctx_ = std::make_unique<ProcessContext>(io_, guardian_,
+                                             [this](int rank) { on_worker_exit(rank); });
+    pctx_->start(spec_.program, make_launches(group_, attempt_dir_, filtered_), reset_signals_);
   } catch (const std::exception& e) {
     pctx_.reset();
     return Observed{Event::kStartFailed, false,
                     std::string("error: cannot start the workers: ") + e.what()};
   }
   started_ = Clock::now();
+  ++attempts_;
+  watch_attempt();
   return std::nullopt;
 }
 
 asio::awaitable<Observed> Agent::Impl::monitor_phase() {
-  while (!signal_ && !any_failed() && !pctx_->all_exited() && !rdzv_->round_end()) {
-    co_await wake_.wait();
+  while (!signal_ && !any_failed() && !pctx_->all_exited() && !rdzv_->round_end() &&
+         pending_hangs_.empty()) {
+    if (auto deadline = exit_deadline()) {
+      if (!co_await wake_.wait_until(*deadline)) co_await handle_exit_hang();
+    } else {
+      co_await wake_.wait();
+    }
   }
   if (signal_) co_return Observed{Event::kSignal, false, {}};
   if (auto ended = rdzv_->round_end()) {  // another node, or the store, ended the round
@@ -216,11 +186,17 @@ asio::awaitable<Observed> Agent::Impl::monitor_phase() {
     failures_ = collect_failures(false);
     co_return observed(*ended, false);
   }
-  if (!any_failed()) co_return Observed{Event::kWorkersSucceeded, false, {}};
+  if (pending_hangs_.empty() && !any_failed()) {
+    co_return Observed{Event::kWorkersSucceeded, false, {}};
+  }
   group_.set_state(WorkerState::kUnhealthy);
+  const bool hung = !pending_hangs_.empty();
+  if (hung) co_await capture_hangs();
   failures_ = collect_failures(false);
   RoundEnd end = co_await rdzv_->report_failure();  // first event of the round wins
-  co_return observed(end, true);
+  Observed seen = observed(end, true);
+  if (hung && seen.event == Event::kWorkerFailed) seen.event = Event::kWorkerHung;
+  co_return seen;
 }
 
 asio::awaitable<Observed> Agent::Impl::exit_barrier_phase() {
@@ -230,8 +206,13 @@ asio::awaitable<Observed> Agent::Impl::exit_barrier_phase() {
   in_rendezvous_ = false;
   if (signal_) co_return Observed{Event::kSignal, false, {}};
   if (end.kind == RoundEnd::Kind::kSucceeded) {
-    sys::log_line("attempt " + std::to_string(group_.round().restart_count) + ": all " +
-                  std::to_string(spec_.local_world_size) + " workers exited 0 (" +
+    const size_t stopped = exit_hung_.size();
+    sys::log_line("attempt " + std::to_string(group_.round().restart_count) + ": " +
+                  (stopped
+                       ? std::to_string(spec_.local_world_size - stopped) + " of " +
+                             std::to_string(spec_.local_world_size) + " workers exited 0, " +
+                             std::to_string(stopped) + " stopped after --exit-timeout ("
+                       : "all " + std::to_string(spec_.local_world_size) + " workers exited 0 (") +
                   std::to_string(ms.count()) + " ms)");
   } else {
     sys::log_line("round " + std::to_string(group_.round().round) +
@@ -245,6 +226,8 @@ asio::awaitable<Observed> Agent::Impl::exit_barrier_phase() {
 // the job is the launcher's last line (JobResult::what), not repeated here.
 void Agent::Impl::transition(const Decision& d, const Observed& seen) {
   if (d.next == group_.state()) return;  // e.g. waiting in the exit barrier
+  emit_transition(d, seen);
+  if (d.action == Action::kReform) ++reformations_;
   const RendezvousInfo& r = group_.round();
   std::string line = std::string(to_string(group_.state())) + " -> " +
                      std::string(to_string(d.next)) + " on " + std::string(to_string(seen.event)) +
@@ -264,33 +247,39 @@ void Agent::Impl::transition(const Decision& d, const Observed& seen) {
 }
 
 asio::awaitable<void> Agent::Impl::stop_phase() {
-  if (pctx_ && !pctx_->all_exited()) {
-    const int sig = signal_.value_or(SIGTERM);
-    pctx_->signal_all(sig);
-    const auto deadline = Clock::now() + spec_.shutdown_timeout;
-    while (!pctx_->all_exited() && !escalate_) {
-      if (!co_await wake_.wait_until(deadline)) break;
-    }
-    if (!pctx_->all_exited()) {
-      if (!escalate_) {
-        sys::log_line(std::to_string(pctx_->running()) + " worker(s) still running " +
-                      sys::seconds_text(spec_.shutdown_timeout) + " after " + signal_name(sig) +
-                      ": sending SIGKILL");
-      }
-      pctx_->signal_all(SIGKILL);
-      while (!pctx_->all_exited()) co_await wake_.wait();
-    }
-  }
+  if (watchdog_) watchdog_->unwatch();
+  if (pctx_) co_await stop_running(signal_.value_or(SIGTERM));
   // Workers that died of our stop signal are no failures of their own, unless they wrote an
-  // error file while stopping.
+  // error file while stopping. Hung workers are, with their stacks.
   if (pctx_) {
     for (auto& f : collect_failures(true)) failures_.push_back(std::move(f));
+    add_hang_failures();
   }
   group_.set_state(WorkerState::kStopped);
 }
 
+// `sig` to every running worker's process group, --shutdown-timeout grace, SIGKILL, reaped.
+asio::awaitable<void> Agent::Impl::stop_running(int sig) {
+  if (pctx_->all_exited()) co_return;
+  pctx_->signal_all(sig);
+  // A stopped worker (SIGSTOP, a debugger gone) holds the signal until it runs again.
+  if (sig != SIGKILL) pctx_->signal_all(SIGCONT);
+  const auto deadline = Clock::now() + spec_.shutdown_timeout;
+  while (!pctx_->all_exited() && !escalate_) {
+    if (!co_await wake_.wait_until(deadline)) break;
+  }
+  if (!pctx_->all_exited()) {
+    if (!escalate_) {
+      sys::log_line(std::to_string(pctx_->running()) + " worker(s) still running " +
+                    sys::seconds_text(spec_.shutdown_timeout) + " after " + signal_name(sig) +
+                    ": sending SIGKILL");
+    }
+    pctx_->signal_all(SIGKILL);
+    while (!pctx_->all_exited()) co_await wake_.wait();
+  }
+}
+
 asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed& seen) {
-  using K = JobResult::Kind;
   const bool from_init = group_.state() == WorkerState::kInit;
   RendezvousHandler::Exit how = RendezvousHandler::Exit::kLeaving;
   if (d.action == Action::kSucceed) how = RendezvousHandler::Exit::kSucceeded;
@@ -302,39 +291,46 @@ asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed&
         "\n" + format_failure_summary(spec_.entrypoint_name, failures_, sys::host_name());
     sys::write_all(STDERR_FILENO, summary.data(), summary.size());
   }
+  if (d.action == Action::kSucceed && !keep_logs_) logs_->remove_temporary();
+  JobResult result = result_of(d, seen, from_init);
+  emit_job_end(result);
+  co_return result;
+}
+
+JobResult Agent::Impl::result_of(const Decision& d, const Observed& seen, bool from_init) const {
+  using K = JobResult::Kind;
   const RendezvousInfo& r = group_.round();
   switch (d.action) {
     case Action::kSucceed:
-      if (!keep_logs_) logs_->remove_temporary();
       // Said only when the job ended while this node was not running it (a late member).
-      co_return JobResult{K::kSucceeded, {}, 0, from_init ? seen.what : std::string()};
+      return JobResult{K::kSucceeded, {}, 0, from_init ? seen.what : std::string()};
     case Action::kFail: {
       if (failures_.empty()) {
-        co_return JobResult{K::kWorkersFailed,
-                            {},
-                            0,
-                            "job failed: " + seen.what + " and no restarts are left (" +
-                                std::to_string(r.restart_count) + " of " +
-                                std::to_string(r.max_restarts) + " used)"};
+        return JobResult{K::kWorkersFailed,
+                         {},
+                         0,
+                         "job failed: " + seen.what + " and no restarts are left (" +
+                             std::to_string(r.restart_count) + " of " +
+                             std::to_string(r.max_restarts) + " used)"};
       }
       const ProcessFailure& root = root_cause(failures_);
-      co_return JobResult{K::kWorkersFailed, root.status, 0,
-                          "job failed after " + std::to_string(r.restart_count) +
-                              " restart(s); the root cause, rank " +
-                              std::to_string(root.global_rank) + ", " + root.status.describe()};
+      const std::string how = root.hang.empty() ? root.status.describe() : "hung: " + root.hang;
+      return JobResult{root.hang.empty() ? K::kWorkersFailed : K::kWorkerHung, root.status, 0,
+                       "job failed after " + std::to_string(r.restart_count) +
+                           " restart(s); the root cause, rank " + std::to_string(root.global_rank) +
+                           ", " + how};
     }
     default:
       break;
   }
   if (seen.event == Event::kSignal) {
-    co_return JobResult{
-        K::kSignaled, {}, *signal_, "workers stopped after " + signal_name(*signal_)};
+    return JobResult{K::kSignaled, {}, *signal_, "workers stopped after " + signal_name(*signal_)};
   }
   if (seen.event == Event::kStoreLost) {
-    co_return JobResult{K::kStoreLost, {}, 0, "error: " + seen.what + "; workers stopped"};
+    return JobResult{K::kStoreLost, {}, 0, "error: " + seen.what + "; workers stopped"};
   }
-  if (seen.event == Event::kStartFailed) co_return JobResult{K::kStartFailed, {}, 0, seen.what};
-  co_return JobResult{K::kRendezvousFailed, {}, 0, seen.what};
+  if (seen.event == Event::kStartFailed) return JobResult{K::kStartFailed, {}, 0, seen.what};
+  return JobResult{K::kRendezvousFailed, {}, 0, seen.what};
 }
 
 std::vector<ProcessFailure> Agent::Impl::collect_failures(bool only_with_error_file) {
@@ -354,8 +350,10 @@ void Agent::Impl::log_started() {
       ", max restarts " + std::to_string(r.max_restarts) + ", logs " + logs_->path() + ")");
 }
 
+// Workers stopped after --exit-timeout are not failures: their work was done.
 bool Agent::Impl::any_failed() const {
   for (size_t r = 0; r < pctx_->size(); ++r) {
+    if (exit_hung_.count(static_cast<int>(r))) continue;
     const auto& e = pctx_->exit_of(static_cast<int>(r));
     if (e && !e->status.success()) return true;
   }

@@ -14,6 +14,10 @@
 //   * another node ended the round     -> stop the workers; a node joined or died: re-form
 //     (multi-node)                        without spending a restart; another node's worker
 //                                         failed: as above; the store was lost: exit 1
+//   * a worker hung (no heartbeat for --hang-timeout, a FileTimer scope expired): its stacks
+//     are captured into the attempt's log directory, then as a failed worker
+//   * a worker exited 0 and another has not --exit-timeout later: its stacks are captured,
+//     it is stopped, and the attempt counts as succeeded (the work is done)
 //   * a signal in --signals-to-handle  -> forward it to every worker's process group, grace,
 //                                         SIGKILL, reap, exit 128 + signal. A second signal
 //                                         skips the grace.
@@ -45,6 +49,8 @@ struct JobResult {
     kSucceeded,       // every worker of the job exited 0 (or the job finished without us)
     kWorkersFailed,   // a worker failed and no restarts are left; root_cause is set when it
                       // was one of this node's workers (the summary was printed)
+    kWorkerHung,      // as kWorkersFailed, and the root cause was one of this node's workers
+                      // found hung (no heartbeat, an expired FileTimer scope)
     kSignaled,        // ddprun received `signal`; the workers were stopped
     kRendezvousFailed,  // no round could be formed: too few nodes, an unreachable or
                         // unusable store, a closed job, a port in use

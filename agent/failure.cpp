@@ -153,7 +153,15 @@ std::string format_failure_summary(std::string_view title_name,
     text += "  exitcode  : " + std::to_string(f->status.torchrun_code()) +
             " (pid: " + std::to_string(f->pid) + ")\n";
     text += "  error_file: " + f->error_file + "\n";
-    text += "  traceback : " + indent(f->traceback);
+    if (!f->hang.empty()) {
+      text += "  hung      : " + f->hang + "\n";
+      text += "  stacks    : " + f->stacks_path + "\n";
+      std::string head;
+      for (const auto& line : f->stack_head) head += (head.empty() ? "" : "\n") + line;
+      text += "  traceback : " + indent(head.empty() ? f->traceback : head);
+    } else {
+      text += "  traceback : " + indent(f->traceback);
+    }
     size_t start = 0;
     while (start <= text.size()) {
       size_t end = text.find('\n', start);

@@ -41,6 +41,10 @@ struct ProcessFailure {
   uint64_t sequence = 0;   // order in which ddprun observed the exits (breaks ties)
   std::string message;     // one line for the log
   std::string traceback;   // the summary's "traceback" field
+  // A worker the agent found hung (agent/hang/): why, and where its stacks are.
+  std::string hang;                     // "no heartbeat for 60 s"; empty: not a hang
+  std::string stacks_path;              // the stack dump in the attempt's log directory
+  std::vector<std::string> stack_head;  // its first frames, for the summary
 };
 
 // Builds the failure of one worker from its exit code and error file.

@@ -39,6 +39,7 @@ Decision decide_healthy(Event event, bool restart_allowed) {
     case E::kJobDone:
       return {A::kSucceed, false, S::kSucceeded};
     case E::kWorkerFailed:
+    case E::kWorkerHung:
     case E::kPeerFailed:
       return restart_allowed ? Decision{A::kRestart, true, S::kInit}
                              : Decision{A::kFail, true, S::kFailed};
@@ -97,6 +98,8 @@ std::string_view to_string(Event event) {
       return "workers-succeeded";
     case E::kWorkerFailed:
       return "worker-failed";
+    case E::kWorkerHung:
+      return "worker-hung";
     case E::kSignal:
       return "signal";
     case E::kNodeJoined:

@@ -15,8 +15,8 @@
 //                                            STOPPED ─▶ FAILED (no restart left, store lost)
 //                                            STOPPED stays (signal: ddprun exits)
 //
-// A new event (a hang detected, a failed health probe) is one more Event and one more row in
-// decide(): a hang is handled like a worker failure.
+// A hang (agent/hang/) is one more event, handled like a worker failure: the hung worker's
+// stacks are captured, the group is stopped and restarted if the job's budget allows.
 #pragma once
 
 #include <string_view>
@@ -28,6 +28,7 @@ enum class WorkerState { kInit, kHealthy, kUnhealthy, kStopped, kSucceeded, kFai
 enum class Event {
   kWorkersSucceeded,  // every worker of this node exited 0
   kWorkerFailed,      // a worker of this node exited non-zero
+  kWorkerHung,        // a worker of this node hung (no heartbeat, a FileTimer scope expired)
   kSignal,            // ddprun received one of --signals-to-handle
   kNodeJoined,        // round end: a node waits to join (a round with room)
   kNodeLost,          // round end: a member node died or left

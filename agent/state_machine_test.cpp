@@ -33,6 +33,8 @@ const std::vector<Row> kTable = {
     {S::kHealthy, E::kJobDone, {}, {A::kSucceed, false, S::kSucceeded}},
     {S::kHealthy, E::kWorkerFailed, true, {A::kRestart, true, S::kInit}},
     {S::kHealthy, E::kWorkerFailed, false, {A::kFail, true, S::kFailed}},
+    {S::kHealthy, E::kWorkerHung, true, {A::kRestart, true, S::kInit}},
+    {S::kHealthy, E::kWorkerHung, false, {A::kFail, true, S::kFailed}},
     {S::kHealthy, E::kPeerFailed, true, {A::kRestart, true, S::kInit}},
     {S::kHealthy, E::kPeerFailed, false, {A::kFail, true, S::kFailed}},
     {S::kHealthy, E::kNodeJoined, {}, {A::kReform, true, S::kInit}},
@@ -43,8 +45,9 @@ const std::vector<Row> kTable = {
 
 const std::vector<S> kStates = {S::kInit,    S::kHealthy,   S::kUnhealthy,
                                 S::kStopped, S::kSucceeded, S::kFailed};
-const std::vector<E> kEvents = {E::kWorkersSucceeded, E::kWorkerFailed, E::kSignal,  E::kNodeJoined,
-                                E::kNodeLost,         E::kPeerFailed,   E::kJobDone, E::kStoreLost,
+const std::vector<E> kEvents = {E::kWorkersSucceeded, E::kWorkerFailed, E::kWorkerHung,
+                                E::kSignal,           E::kNodeJoined,   E::kNodeLost,
+                                E::kPeerFailed,       E::kJobDone,      E::kStoreLost,
                                 E::kRendezvousFailed, E::kStartFailed};
 
 std::optional<Decision> expected(S state, E event, bool restart_allowed) {
@@ -73,12 +76,12 @@ TEST(StateMachine, EveryCombinationFollowsTheTable) {
       }
     }
   }
-  EXPECT_EQ(decided, 26);  // 11 rows that ignore restart_allowed, x 2; 4 rows that use it
+  EXPECT_EQ(decided, 28);  // 11 rows that ignore restart_allowed, x 2; 6 rows that use it
 }
 
 TEST(StateMachine, OnlyFailuresDependOnTheRestartBudget) {
   for (E event : kEvents) {
-    if (event == E::kWorkerFailed || event == E::kPeerFailed) continue;
+    if (event == E::kWorkerFailed || event == E::kWorkerHung || event == E::kPeerFailed) continue;
     try {
       EXPECT_EQ(decide(S::kHealthy, event, true), decide(S::kHealthy, event, false));
     } catch (const std::logic_error&) {

@@ -56,6 +56,12 @@ std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker
   set["TORCHELASTIC_USE_AGENT_STORE"] = round.use_agent_store ? "True" : "False";
   set["TORCHELASTIC_ERROR_FILE"] = error_file;
   set["TORCHELASTIC_SIGNALS_TO_HANDLE"] = spec.signals_to_handle_text;
+  if (!group.endpoints().heartbeat_socket.empty()) {
+    set["DDPRUN_HEARTBEAT_SOCKET"] = group.endpoints().heartbeat_socket;
+  }
+  if (!group.endpoints().timer_file.empty()) {
+    set["TORCHELASTIC_TIMER_FILE"] = group.endpoints().timer_file;
+  }
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
     auto parent = find_env(base, name);
     set[name] = parent ? std::string(*parent) : "1";

@@ -21,6 +21,13 @@ struct Worker {
   int role_world_size = 0;
 };
 
+// Where the workers reach this agent (agent/hang/): exported as DDPRUN_HEARTBEAT_SOCKET and
+// TORCHELASTIC_TIMER_FILE. Empty: not served.
+struct AgentEndpoints {
+  std::string heartbeat_socket;
+  std::string timer_file;
+};
+
 class WorkerGroup {
  public:
   WorkerGroup(const WorkerSpec& spec, std::string run_id)
@@ -34,6 +41,9 @@ class WorkerGroup {
   // A new round: ranks are round.base_global_rank + local rank.
   void assign(const RendezvousInfo& round);
 
+  const AgentEndpoints& endpoints() const { return endpoints_; }
+  void set_endpoints(AgentEndpoints e) { endpoints_ = std::move(e); }
+
   WorkerState state() const { return state_; }
   void set_state(WorkerState to) { state_ = to; }
 
@@ -42,6 +52,7 @@ class WorkerGroup {
   std::string run_id_;
   RendezvousInfo round_;
   std::vector<Worker> workers_;
+  AgentEndpoints endpoints_;
   WorkerState state_ = WorkerState::kInit;
 };
 

@@ -38,6 +38,24 @@ struct WorkerSpec {
 
   bool virtual_local_rank = false;  // LOCAL_RANK=0, one device in CUDA_VISIBLE_DEVICES
 
+  // Hangs (agent/hang/, README "Hangs"). A worker that has beaten once and then sends no
+  // heartbeat for hang_timeout is hung; one that sends no first beat within
+  // hang_start_timeout of its start too. 0: off.
+  std::chrono::milliseconds hang_timeout{0};
+  std::chrono::milliseconds hang_start_timeout{0};
+  // torch's FileTimer protocol (TORCHELASTIC_ENABLE_FILE_TIMER=1): served on `timer_file`
+  // (the user's TORCHELASTIC_TIMER_FILE) or on a fresh path when that is empty.
+  bool file_timer = false;
+  std::string timer_file;
+  // After a worker exited 0, the others of this node must exit within exit_timeout, else
+  // their stacks are captured and they are stopped (the job's work is done). 0: off.
+  std::chrono::milliseconds exit_timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds stack_timeout{std::chrono::seconds(10)};  // per stack tool
+  // --health-port / --health-host (agent/health/): no server without a port.
+  std::optional<int> health_port;
+  std::string health_host = "127.0.0.1";
+  std::string event_log;  // --event-log: JSON lines; empty: none
+
   // The environment every worker starts from (the launcher's, plus OMP_NUM_THREADS), as
   // "NAME=value" strings; the agent adds torchrun's variables on top.
   std::vector<std::string> base_env;

@@ -139,15 +139,20 @@ void apply_signals(LaunchConfig& c, const RawValue& v) {
   c.signals_to_handle = v.value;
 }
 
+double to_seconds(const RawValue& v) {
+  const std::string& s = v.value;
+  char* end = nullptr;
+  double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(d >= 0) || d > 1e9) fail(v, "expected a number of seconds");
+  return d;
+}
+
 bool apply_worker_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   const std::string& s = v.value;
   if (name == "max_restarts") {
     c.max_restarts = to_int(v, 0, 1000000000, "must be 0 or more");
   } else if (name == "monitor_interval") {
-    char* end = nullptr;
-    double d = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !(d >= 0)) fail(v, "expected a number of seconds");
-    c.monitor_interval = d;
+    c.monitor_interval = to_seconds(v);
   } else if (name == "start_method") {
     if (s != "spawn" && s != "fork" && s != "forkserver") {
       fail(v, "expected spawn, fork or forkserver");
@@ -217,11 +222,34 @@ bool apply_log_value(LaunchConfig& c, const std::string& name, const RawValue& v
   return true;
 }
 
+bool apply_health_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
+  const std::string& s = v.value;
+  if (name == "hang_timeout") {
+    c.hang_timeout = to_seconds(v);
+  } else if (name == "hang_start_timeout") {
+    c.hang_start_timeout = to_seconds(v);
+  } else if (name == "exit_timeout") {
+    c.exit_timeout = to_seconds(v);
+  } else if (name == "health_port") {
+    c.health_port = to_int(v, 0, 65535, "a port is a number from 0 to 65535");
+  } else if (name == "health_host") {
+    if (s.empty()) fail(v, "must not be empty");
+    c.health_host = s;
+  } else if (name == "event_log") {
+    if (s.empty()) fail(v, "must not be empty");
+    c.event_log = s;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // Every value flag in flag_table() has an owner above; a name none owns is left alone.
 void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   if (apply_node_value(c, name, v)) return;
   if (apply_rendezvous_value(c, name, v)) return;
   if (apply_worker_value(c, name, v)) return;
+  if (apply_health_value(c, name, v)) return;
   apply_log_value(c, name, v);
 }
 

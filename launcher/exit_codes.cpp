@@ -13,6 +13,8 @@ int exit_code(const agent::JobResult& result) {
       int code = result.root_cause ? result.root_cause->shell_code() : kExitFailure;
       return code == kExitSuccess ? kExitFailure : code;
     }
+    case Kind::kWorkerHung:
+      return kExitHang;
     case Kind::kSignaled:
       return result.signal > 0 ? kExitSignalBase + result.signal : kExitFailure;
     case Kind::kRendezvousFailed:

@@ -10,6 +10,9 @@
 //                | was lost, the workers could not be started, or the job failed on another
 //                | node
 //   2            | bad command line (one line "ddprun: error: ..."), nothing was started
+//   124          | a worker of this node hung (no heartbeat for --hang-timeout, or a
+//                | FileTimer scope expired) and no restarts are left; as timeout(1) says
+//                | a command timed out. Its stacks are in the attempt's log directory
 //   128 + N      | ddprun received signal N (143 for SIGTERM); the workers were stopped
 //   otherwise    | a worker of this node was the root cause, and ddprun exits as a shell
 //                | reports it (ExitStatus::shell_code()): its exit code, 128 + the signal
@@ -26,6 +29,7 @@ namespace ddprun::launcher {
 inline constexpr int kExitSuccess = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitHang = 124;
 inline constexpr int kExitSignalBase = 128;  // + the signal number
 
 int exit_code(const agent::JobResult& result);

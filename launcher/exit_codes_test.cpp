@@ -40,6 +40,14 @@ TEST(ExitCodes, WorkersFailedElsewhereOrWithoutAStatusIsOne) {
   EXPECT_EQ(exit_code(failed(ExitStatus::exited(0))), 1);  // never 0 for a failed job
 }
 
+TEST(ExitCodes, AHungRootCauseIs124WhateverKilledIt) {
+  JobResult r = result(Kind::kWorkerHung);
+  r.root_cause = ExitStatus::signaled(SIGKILL);
+  EXPECT_EQ(exit_code(r), 124);
+  r.root_cause = ExitStatus::signaled(SIGTERM);
+  EXPECT_EQ(exit_code(r), kExitHang);
+}
+
 TEST(ExitCodes, SignaledIs128PlusTheSignal) {
   JobResult r = result(Kind::kSignaled);
   r.signal = SIGTERM;
@@ -60,6 +68,7 @@ TEST(ExitCodes, Constants) {
   EXPECT_EQ(kExitSuccess, 0);
   EXPECT_EQ(kExitFailure, 1);
   EXPECT_EQ(kExitUsage, 2);
+  EXPECT_EQ(kExitHang, 124);
   EXPECT_EQ(kExitSignalBase, 128);
 }
 

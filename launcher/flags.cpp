@@ -64,6 +64,28 @@ const std::vector<Flag>& flag_table() {
        "grace between the forwarded signal and SIGKILL (default 30)", "workers"},
       {"virtual_local_rank", 0, false, "",
        "every worker gets LOCAL_RANK=0 and only its own device in CUDA_VISIBLE_DEVICES", "workers"},
+      {"hang_timeout", 0, true, "SECONDS",
+       "a worker that has sent a heartbeat and then none for SECONDS is hung: its stacks are "
+       "saved and the group restarts (default 0: off; README \"Hangs\")",
+       "health"},
+      {"hang_start_timeout", 0, true, "SECONDS",
+       "a worker that sends no first heartbeat within SECONDS of its start is hung (default 0: "
+       "off)",
+       "health"},
+      {"exit_timeout", 0, true, "SECONDS",
+       "once a worker exited 0, the others must exit within SECONDS, else their stacks are "
+       "saved and they are stopped; the job still succeeds (default 300, 0: off)",
+       "health"},
+      {"health_port", 0, true, "PORT",
+       "serve /healthz, /metrics (Prometheus) and /status (JSON) over HTTP on PORT (0: a free "
+       "port; default: $TORCHELASTIC_HEALTH_CHECK_PORT, else none)",
+       "health"},
+      {"health_host", 0, true, "ADDRESS",
+       "the address the health endpoints listen on (default 127.0.0.1)", "health"},
+      {"event_log", 0, true, "FILE",
+       "append one JSON object per line for every transition, round, worker start and exit, "
+       "hang and restart",
+       "health"},
       {"module", 'm', false, "", "run the entrypoint as a Python module (python -u -m MODULE)",
        "entrypoint"},
       {"no_python", 0, false, "", "exec the entrypoint directly instead of through Python",

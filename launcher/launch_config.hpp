@@ -43,6 +43,14 @@ struct LaunchConfig {
   std::optional<int> shutdown_timeout;  // seconds; unset: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
   bool virtual_local_rank = false;
 
+  // Hangs, health and events.
+  double hang_timeout = 0;        // seconds; 0: off
+  double hang_start_timeout = 0;  // seconds; 0: off
+  double exit_timeout = 300;      // seconds; 0: off
+  std::optional<int> health_port;
+  std::string health_host = "127.0.0.1";
+  std::string event_log;
+
   // Entrypoint.
   bool module = false;
   bool no_python = false;

@@ -80,6 +80,37 @@ agent::LocalRendezvousOptions local_rendezvous(const LaunchConfig& c, const Laun
   throw std::logic_error("local_rendezvous: a multi-node command line");
 }
 
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000 + 0.5));
+}
+
+// Hangs, health and events: the flags, and torchrun's environment variables for the same.
+void plan_watching(const LaunchConfig& c, const GetEnv& getenv, agent::WorkerSpec& s) {
+  s.hang_timeout = millis(c.hang_timeout);
+  s.hang_start_timeout = millis(c.hang_start_timeout);
+  s.exit_timeout = millis(c.exit_timeout);
+  if (auto on = getenv("TORCHELASTIC_ENABLE_FILE_TIMER"); on && *on == "1") {
+    s.file_timer = true;
+    if (auto path = getenv("TORCHELASTIC_TIMER_FILE"); path && !path->empty()) s.timer_file = *path;
+  }
+  s.health_host = c.health_host;
+  s.health_port = c.health_port;
+  if (!s.health_port) {
+    if (auto env = getenv("TORCHELASTIC_HEALTH_CHECK_PORT"); env && !env->empty()) {
+      auto n = parse_int(*env);
+      if (!n || *n < 0 || *n > 65535) {
+        throw CliError("TORCHELASTIC_HEALTH_CHECK_PORT=" + *env + ": not a port number");
+      }
+      s.health_port = static_cast<int>(*n);
+    }
+  }
+  if (!sys::is_address_literal(s.health_host)) {
+    throw CliError("--health-host=" + s.health_host +
+                   ": expected an address such as 127.0.0.1, 0.0.0.0 or ::1");
+  }
+  s.event_log = c.event_log;
+}
+
 }  // namespace
 
 LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
@@ -118,6 +149,7 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
     timeout = static_cast<int>(*n);
   }
   s.shutdown_timeout = std::chrono::seconds(timeout);
+  plan_watching(c, getenv, s);
 
   if (!c.log_dir.empty()) {
     struct stat st {};

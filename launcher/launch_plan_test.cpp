@@ -305,5 +305,50 @@ TEST_F(LaunchPlanTest, LogDirThatIsAFile) {
             std::string::npos);
 }
 
+TEST_F(LaunchPlanTest, HangAndHealthFlags) {
+  const std::string script = (dir_ / "script.py").string();
+  auto p = plan({"--hang-timeout=2.5", "--hang_start_timeout", "30", "--exit-timeout=0",
+                 "--health-port=0", "--event-log", "/tmp/ev.jsonl", script});
+  EXPECT_EQ(p.spec.hang_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(p.spec.hang_start_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(p.spec.exit_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(p.spec.health_port, 0);
+  EXPECT_EQ(p.spec.health_host, "127.0.0.1");
+  EXPECT_EQ(p.spec.event_log, "/tmp/ev.jsonl");
+  EXPECT_FALSE(p.spec.file_timer);
+
+  auto defaults = plan({script});
+  EXPECT_EQ(defaults.spec.hang_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(defaults.spec.exit_timeout, std::chrono::seconds(300));
+  EXPECT_FALSE(defaults.spec.health_port);
+}
+
+TEST_F(LaunchPlanTest, TorchrunsWatchdogAndHealthVariables) {
+  vars_["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+  vars_["TORCHELASTIC_TIMER_FILE"] = "/tmp/my_timer";
+  vars_["TORCHELASTIC_HEALTH_CHECK_PORT"] = "8123";
+  auto p = plan({(dir_ / "script.py").string()});
+  EXPECT_TRUE(p.spec.file_timer);
+  EXPECT_EQ(p.spec.timer_file, "/tmp/my_timer");
+  EXPECT_EQ(p.spec.health_port, 8123);
+  // The flag wins over the variable.
+  EXPECT_EQ(plan({"--health-port=9000", (dir_ / "script.py").string()}).spec.health_port, 9000);
+  vars_["TORCHELASTIC_HEALTH_CHECK_PORT"] = "http";
+  EXPECT_NE(error_of({(dir_ / "script.py").string()}).find("TORCHELASTIC_HEALTH_CHECK_PORT"),
+            std::string::npos);
+}
+
+TEST_F(LaunchPlanTest, BadHangAndHealthValuesAreOneLine) {
+  const std::string script = (dir_ / "script.py").string();
+  EXPECT_NE(error_of({"--hang-timeout=-1", script}).find("expected a number of seconds"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--exit-timeout=soon", script}).find("--exit-timeout=soon"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--health-port=70000", script}).find("a port is a number"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--health-host=localhost", script}).find("--health-host=localhost"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -65,7 +65,8 @@ std::string help_text() {
       "to every worker unchanged, with ${local_rank} replaced by the worker's local rank.\n";
   static const std::pair<std::string_view, std::string_view> groups[] = {
       {"general", "General"}, {"nodes", "Nodes and workers"}, {"rendezvous", "Rendezvous"},
-      {"workers", "Workers"}, {"entrypoint", "Entrypoint"},   {"logs", "Logs"}};
+      {"workers", "Workers"}, {"health", "Hangs, health and events"},
+      {"entrypoint", "Entrypoint"}, {"logs", "Logs"}};
   for (const auto& [key, title] : groups) {
     out += "\n";
     out += title;
@@ -100,9 +101,10 @@ std::string help_text() {
       "\n"
       "Exit status: 0 when every worker exited 0; the root-cause worker's exit code when the\n"
       "job failed (128 + N if signal N killed it, 127 if it could not be executed; torchrun\n"
-      "always exits 1); 1 when the rendezvous failed, the store was lost, the workers could\n"
-      "not start or the job failed on another node; 128 + N when ddprun itself got signal N;\n"
-      "2 for bad arguments (nothing is started).\n";
+      "always exits 1); 124 when the root cause was a hung worker; 1 when the rendezvous\n"
+      "failed, the store was lost, the workers could not start or the job failed on another\n"
+      "node; 128 + N when ddprun itself got signal N; 2 for bad arguments (nothing is\n"
+      "started).\n";
   return out;
 }
 

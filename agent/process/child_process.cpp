@@ -48,6 +48,10 @@ void close_from(int first) {
   if (::setsid() < 0) child_fail("setsid", req.path);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail("prctl", req.path);
   if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the agent died before prctl
+  // Under Yama ptrace_scope=1 only ancestors may ptrace; declaring the agent as this worker's
+  // ptracer also admits its children, the stack dump tools (stack_dump.hpp). The setting
+  // survives execve. EINVAL without Yama: ignored.
+  (void)::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
   if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) child_fail("dup2", req.path);
   if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, STDERR_FILENO) < 0) child_fail("dup2", req.path);
   // Keep the error pipe (close-on-exec) just above stderr, close everything else.

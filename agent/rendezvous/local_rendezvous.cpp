@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "store/server.hpp"
+#include "store/sys/log.hpp"
 
 namespace ddprun::agent {
 
@@ -56,6 +57,7 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int loca
   info.store_port = server_->port();
   info.restart_count = restart_count;
   info.max_restarts = options_.max_restarts;
+  info.members = {sys::host_name()};
   co_return info;
 }
 

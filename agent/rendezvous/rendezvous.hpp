@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddprun::agent {
 
@@ -34,6 +35,8 @@ struct RendezvousInfo {
   // and answers whether another is allowed; the agent only reads them.
   int restart_count = 0;
   int max_restarts = 0;
+  // The round's nodes by node rank: the address each advertised (one node: this host's name).
+  std::vector<std::string> members;
 };
 
 // Why a round ended, as every node of the job sees it: the first event wins.

@@ -111,6 +111,8 @@ RendezvousInfo info_for(const FormedRound& f, int max_restarts) {
   info.store_port = info.master_port;
   info.restart_count = f.restart_count;
   info.max_restarts = max_restarts;
+  info.members.resize(f.nodes.size());
+  for (size_t i = 0; i < f.nodes.size(); ++i) info.members[f.ranks.node_rank[i]] = f.nodes[i].addr;
   return info;
 }
 

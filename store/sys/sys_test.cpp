@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,12 +10,31 @@
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
 #include "store/sys/random.hpp"
+#include "store/sys/temp_dir.hpp"
 #include "store/sys/time_text.hpp"
 
 namespace ddprun::sys {
 namespace {
 
 using std::chrono::milliseconds;
+
+TEST(SysTest, TempDirIsPrivateAndRemovedWithItsContents) {
+  std::string path;
+  {
+    TempDir dir("ddprun-test-");
+    path = dir.path();
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    UniqueFd f = open_for_write((path + "/file").c_str());
+    ASSERT_TRUE(f);
+    TempDir moved = std::move(dir);
+    EXPECT_EQ(moved.path(), path);
+    EXPECT_FALSE(dir);
+  }
+  struct stat st {};
+  EXPECT_NE(::stat(path.c_str(), &st), 0);
+}
 
 TEST(SysTest, EndpointTextBracketsIpv6Only) {
   EXPECT_EQ(endpoint_text("10.0.0.1", 29400), "10.0.0.1:29400");

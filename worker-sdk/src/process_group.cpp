@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "backends.hpp"
+#include "ddprun/heartbeat.hpp"
 #include "compat.hpp"
 #include "work_impl.hpp"
 
@@ -26,6 +27,7 @@ struct C10dWork : Work::Impl {
 
   void wait() override {
     work->wait();
+    heartbeat();
     if (finish) std::call_once(finished, finish);
   }
   bool completed() override { return work->isCompleted(); }
@@ -202,6 +204,7 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   for (int i = 0; i < size(); ++i) outputs[0].push_back(at::empty_like(input));
   std::vector<at::Tensor> inputs{input};
   impl_->pg->allgather(outputs, inputs)->wait();
+  heartbeat();
   return outputs[0];
 }
 
@@ -214,6 +217,7 @@ void ProcessGroup::barrier() {
     return;
   }
   impl_->pg->barrier()->wait();
+  heartbeat();
 }
 
 std::vector<std::string> ProcessGroup::all_gather_bytes(std::string_view bytes) {

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "ddprun/heartbeat.hpp"
+
 namespace ddprun {
 namespace {
 
@@ -280,6 +282,7 @@ void Reducer::finalize() {
     if (!slot.viewable) params_[i].mutable_grad().copy_(buckets_[slot.bucket].views[slot.position]);
   }
   reset();
+  heartbeat();  // one synchronised backward done: this worker is making progress
 }
 
 void Reducer::reset() {

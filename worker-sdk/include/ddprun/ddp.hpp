@@ -4,6 +4,7 @@
 
 #include "ddprun/data_parallel.hpp"
 #include "ddprun/env.hpp"
+#include "ddprun/heartbeat.hpp"
 #include "ddprun/process_group.hpp"
 #include "ddprun/record.hpp"
 #include "ddprun/sampler.hpp"

@@ -1,0 +1,101 @@
+#include "agent/job_status.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "agent/health/prometheus.hpp"
+
+namespace ddprun::agent {
+
+int healthz_code(const JobStatus& s) {
+  return s.healthy ? 200 : 503;
+}
+
+std::string healthz_body(const JobStatus& s) {
+  return std::string(s.healthy ? "ok: " : "unhealthy: ") + s.reason + "\n";
+}
+
+namespace {
+
+void gauge(PrometheusText& t, const char* name, const char* help, double value) {
+  t.family(name, "gauge", help);
+  t.sample(name, value);
+}
+
+void counter(PrometheusText& t, const char* name, const char* help, double value) {
+  t.family(name, "counter", help);
+  t.sample(name, value);
+}
+
+}  // namespace
+
+std::string render_metrics(const JobStatus& s) {
+  PrometheusText t;
+  counter(t, "ddprun_restarts_total", "Restarts of the worker group spent from the job's budget",
+          s.restart_count);
+  counter(t, "ddprun_reformations_total",
+          "Rendezvous rounds re-formed after a membership change (no restart spent)",
+          static_cast<double>(s.reformations));
+  counter(t, "ddprun_hangs_total", "Workers of this node found hung", static_cast<double>(s.hangs));
+  counter(t, "ddprun_heartbeats_total", "Heartbeats received from this node's workers",
+          static_cast<double>(s.heartbeats));
+  counter(t, "ddprun_attempts_total", "Worker groups started on this node",
+          static_cast<double>(s.attempts));
+  gauge(t, "ddprun_max_restarts", "The job's restart budget", s.max_restarts);
+  gauge(t, "ddprun_world_size", "Workers in the whole job (WORLD_SIZE)", s.world_size);
+  gauge(t, "ddprun_group_world_size", "Nodes in the current round", s.group_world_size);
+  gauge(t, "ddprun_rendezvous_round", "The current rendezvous round", s.round);
+  gauge(t, "ddprun_rendezvous_duration_seconds", "How long the last rendezvous took",
+        s.round_duration_s);
+  gauge(t, "ddprun_uptime_seconds", "Seconds since the agent started", s.uptime_s);
+  gauge(t, "ddprun_healthy", "1 while the worker group runs or starts, 0 when it failed or hangs",
+        s.healthy ? 1 : 0);
+
+  t.family("ddprun_workers", "gauge", "This node's workers of the current attempt, by state");
+  for (const char* state : {"running", "succeeded", "failed", "hung"}) {
+    int n = 0;
+    for (const auto& w : s.workers) n += w.state == state ? 1 : 0;
+    t.sample("ddprun_workers", n, {{"state", state}});
+  }
+  t.family("ddprun_heartbeat_age_seconds", "gauge",
+           "Seconds since each worker's last heartbeat (workers that have beaten this attempt)");
+  for (const auto& w : s.workers) {
+    if (!w.heartbeat_age_s) continue;
+    t.sample("ddprun_heartbeat_age_seconds", *w.heartbeat_age_s,
+             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
+  }
+  return t.str();
+}
+
+std::string render_status_json(const JobStatus& s) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : s.workers) {
+    nlohmann::json j = {
+        {"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", w.state}};
+    if (!w.exit.empty()) j["exit"] = w.exit;
+    j["heartbeat_age_s"] = w.heartbeat_age_s ? nlohmann::json(*w.heartbeat_age_s) : nullptr;
+    workers.push_back(std::move(j));
+  }
+  nlohmann::json j = {
+      {"job", s.job_id},
+      {"state", s.state},
+      {"healthy", s.healthy},
+      {"reason", s.reason},
+      {"round", s.round},
+      {"restart_count", s.restart_count},
+      {"max_restarts", s.max_restarts},
+      {"world_size", s.world_size},
+      {"group_rank", s.group_rank},
+      {"group_world_size", s.group_world_size},
+      {"members", s.members},
+      {"rendezvous_duration_s", s.round_duration_s},
+      {"attempts", s.attempts},
+      {"reformations", s.reformations},
+      {"hangs", s.hangs},
+      {"heartbeats", s.heartbeats},
+      {"uptime_s", s.uptime_s},
+      {"workers", std::move(workers)},
+  };
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace ddprun::agent
