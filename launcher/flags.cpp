@@ -66,7 +66,7 @@ const std::vector<Flag>& flag_table() {
        "every worker gets LOCAL_RANK=0 and only its own device in CUDA_VISIBLE_DEVICES", "workers"},
       {"hang_timeout", 0, true, "SECONDS",
        "a worker that has sent a heartbeat and then none for SECONDS is hung: its stacks are "
-       "saved and the group restarts (default 0: off; README \"Hangs\")",
+       "saved and the group restarts (default 0: off; README \"Hangs, health and events\")",
        "health"},
       {"hang_start_timeout", 0, true, "SECONDS",
        "a worker that sends no first heartbeat within SECONDS of its start is hung (default 0: "
