@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <set>
@@ -29,6 +30,17 @@
 namespace ddprun::agent {
 
 using Clock = std::chrono::steady_clock;
+
+inline double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// "4.6" (seconds in log lines).
+inline std::string one_decimal(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", value);
+  return buf;
+}
 
 // What ended a phase: the event for the state machine, with the handler's answer on restarts.
 struct Observed {

@@ -10,10 +10,6 @@ namespace ddprun::agent {
 
 namespace {
 
-double seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
 std::string plural(uint64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
@@ -54,7 +50,7 @@ JobStatus Agent::Impl::snapshot() const {
   s.group_rank = r.group_rank;
   s.group_world_size = r.group_world_size;
   s.members = r.members;
-  s.round_duration_s = std::chrono::duration<double>(round_took_).count();
+  s.round_duration_s = seconds(round_took_);
   s.attempts = attempts_;
   s.reformations = reformations_;
   s.hangs = hangs_;
@@ -162,13 +158,11 @@ void Agent::Impl::emit_round(std::chrono::milliseconds took) {
 // The job's one summary line, and its event.
 void Agent::Impl::emit_job_end(const JobResult& result) {
   const double wall = seconds(Clock::now() - agent_started_);
-  char wall_text[32];
-  std::snprintf(wall_text, sizeof wall_text, "%.1f s", wall);
   const int restarts = group_.round().restart_count;
   sys::log_line("job summary: " + plural(attempts_, "attempt") + ", " +
                 plural(static_cast<uint64_t>(restarts), "restart") + ", " +
                 plural(reformations_, "re-formation") + ", " + plural(hangs_, "hang") +
-                ", wall time " + wall_text);
+                ", wall time " + one_decimal(wall) + " s");
   events_.emit("job_end", {{"result", result_name(result.kind)},
                            {"reason", result.what},
                            {"attempts", attempts_},

@@ -16,16 +16,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-double seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
-std::string one_decimal(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", s);
-  return buf;
-}
-
 std::string worker_name(const Worker& w, pid_t pid) {
   return "rank " + std::to_string(w.global_rank) + " (local rank " + std::to_string(w.local_rank) +
          ", pid " + std::to_string(pid) + ")";

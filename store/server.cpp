@@ -4,7 +4,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <system_error>
 
 #include "store/connection.hpp"
+#include "store/sys/acceptor.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
 
@@ -42,32 +42,6 @@ tcp::endpoint resolve(const std::string& host, uint16_t port) {
   return ep;
 }
 
-void listen(tcp::acceptor& acceptor, const tcp::endpoint& ep, int backlog,
-            const std::string& what) {
-  boost::system::error_code ec;
-  auto check = [&] {
-    if (ec) throw std::system_error(ec, "cannot listen on " + what);
-  };
-  acceptor.open(ep.protocol(), ec);
-  check();
-  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  check();
-  if (ep.address().is_v6()) {
-    acceptor.set_option(asio::ip::v6_only(false), ec);  // "::" also takes IPv4 clients
-    ec.clear();
-  }
-  acceptor.bind(ep, ec);
-  check();
-  acceptor.listen(backlog > 0 ? backlog : somaxconn(), ec);
-  check();
-}
-
-bool out_of_resources(const boost::system::error_code& ec) {
-  int e = ec.value();
-  return ec.category() == boost::system::system_category() &&
-         (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM);
-}
-
 asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   bool reported = false;
@@ -80,14 +54,16 @@ asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
       try {
         std::make_shared<Connection>(core, std::move(socket), peer)->start();
       } catch (const std::exception& e) {
-        sys::log_line(core->options.log_prefix, std::string("cannot serve a connection: ") + e.what());
+        sys::log_line(core->options.log_prefix,
+                      std::string("cannot serve a connection: ") + e.what());
       }
       continue;
     }
-    if (!out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
+    if (!sys::out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
     if (!reported) {
-      sys::log_line(core->options.log_prefix, "accept failed: " + ec.message() +
-                                             "; new connections wait until descriptors free up");
+      sys::log_line(
+          core->options.log_prefix,
+          "accept failed: " + ec.message() + "; new connections wait until descriptors free up");
       reported = true;
     }
     // The pending connection stays in the backlog: back off instead of spinning on it.
@@ -132,7 +108,8 @@ Server::Server(asio::io_context& io, ServerOptions options)
     : core_(std::make_shared<detail::ServerCore>(io, std::move(options))) {
   const ServerOptions& opts = core_->options;
   std::string what = sys::endpoint_text(opts.host, opts.port);
-  listen(core_->acceptor, resolve(opts.host, opts.port), opts.backlog, what);
+  sys::open_listener(core_->acceptor, resolve(opts.host, opts.port),
+                     opts.backlog > 0 ? opts.backlog : somaxconn(), "cannot listen on " + what);
   port_ = core_->acceptor.local_endpoint().port();
   asio::co_spawn(io, accept_loop(core_), asio::detached);
 }

@@ -4,12 +4,12 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <system_error>
 
 #include "agent/health/http_connection.hpp"
+#include "store/sys/acceptor.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
 
@@ -37,31 +37,6 @@ tcp::endpoint parse_endpoint(const std::string& host, int port, const std::strin
   return tcp::endpoint(address, static_cast<unsigned short>(port));
 }
 
-void listen(tcp::acceptor& acceptor, const tcp::endpoint& ep, const std::string& endpoint) {
-  boost::system::error_code ec;
-  auto check = [&] {
-    if (ec) fail(ec, endpoint);
-  };
-  acceptor.open(ep.protocol(), ec);
-  check();
-  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  check();
-  if (ep.address().is_v6()) {
-    acceptor.set_option(asio::ip::v6_only(false), ec);  // "::" also takes IPv4 clients
-    ec.clear();
-  }
-  acceptor.bind(ep, ec);
-  check();
-  acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  check();
-}
-
-bool out_of_resources(const boost::system::error_code& ec) {
-  int e = ec.value();
-  return ec.category() == boost::system::system_category() &&
-         (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM);
-}
-
 // Hands each accepted socket to a connection, or closes it at once when max_connections are
 // open. Ends when the server closes.
 asio::awaitable<void> accept_loop(std::shared_ptr<Core> core) {
@@ -86,7 +61,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<Core> core) {
       }
       continue;
     }
-    if (!out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
+    if (!sys::out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
     core->log_once(&core->logged_accept_error,
                    "health server on " + core->endpoint + ": accept failed: " + ec.message() +
                        "; new connections wait until descriptors free up (logged once)");
@@ -127,7 +102,9 @@ HealthServer::HealthServer(asio::io_context& io, const std::string& host, int po
                            HttpHandler handler, Limits limits)
     : core_(std::make_shared<Core>(io, std::move(handler), limits)) {
   const std::string endpoint = sys::endpoint_text(host, port);
-  listen(core_->acceptor, parse_endpoint(host, port, endpoint), endpoint);
+  sys::open_listener(core_->acceptor, parse_endpoint(host, port, endpoint),
+                     asio::socket_base::max_listen_connections,
+                     "cannot serve health on " + endpoint);
   port_ = core_->acceptor.local_endpoint().port();
   core_->endpoint = sys::endpoint_text(host, port_);
   asio::co_spawn(io, accept_loop(core_), asio::detached);
