@@ -123,10 +123,14 @@ HttpResponse Agent::Impl::serve(std::string_view target) const {
 }
 
 void Agent::Impl::emit_transition(const Decision& d, const Observed& seen) {
-  if (d.action == Action::kFail || d.action == Action::kExit) {
-    unhealthy_reason_ = seen.what.empty() ? std::string(to_string(seen.event)) : seen.what;
-  } else if (d.action == Action::kRestart && unhealthy_reason_.empty()) {
-    unhealthy_reason_ = "restarting after " + std::string(to_string(seen.event));
+  // The first cause noted in a round stays its reason: a hang's description, set when the hang
+  // was noticed, outlives the transition that follows it and the stop that comes after.
+  if (unhealthy_reason_.empty()) {
+    if (d.action == Action::kFail || d.action == Action::kExit) {
+      unhealthy_reason_ = seen.what.empty() ? std::string(to_string(seen.event)) : seen.what;
+    } else if (d.action == Action::kRestart) {
+      unhealthy_reason_ = "restarting after " + std::string(to_string(seen.event));
+    }
   }
   if (!events_.enabled()) return;
   const RendezvousInfo& r = group_.round();

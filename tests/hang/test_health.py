@@ -63,6 +63,16 @@ def test_healthz_is_200_while_running_then_503_when_a_worker_hangs(jobs, tmp_pat
     bad = wait_until(lambda: (r := try_get(port, "/healthz")) and r[0] == 503 and r,
                      "/healthz to say 503", timeout=30)
     assert re.match(r"unhealthy: rank 1 hung: no heartbeat for [\d.]+ s", bad[1]), bad
+    # The reason stays the hang through the state change that follows it and the stop after
+    # that (the 5 s --shutdown-timeout window), not the bare event name.
+    seen = []
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and (r := try_get(port, "/healthz")):
+        seen.append(r)
+        time.sleep(0.05)
+    assert len(seen) > 10, seen
+    for r in seen:
+        assert r[0] == 503 and r[1] == bad[1], (r, bad)
     assert job.wait(60) == 124, job.output()
 
 
