@@ -102,8 +102,8 @@ void apply_rdzv_conf(LaunchConfig& c, const RawValue& v) {
 bool apply_rendezvous_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   const std::string& s = v.value;
   if (name == "rdzv_backend") {
-    if (s != "static" && s != "c10d" && s != "etcd" && s != "etcd-v2") {
-      fail(v, "unknown rendezvous backend (static, c10d, etcd, etcd-v2)");
+    if (s != "static" && s != "c10d" && s != "etcd" && s != "etcd-v2" && s != "etcd-v3") {
+      fail(v, "unknown rendezvous backend (static, c10d, etcd, etcd-v2, etcd-v3)");
     }
     c.rdzv_backend = s;
   } else if (name == "rdzv_endpoint") {

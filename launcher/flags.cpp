@@ -17,12 +17,13 @@ const std::vector<Flag>& flag_table() {
        "this node's rank (static backend); with c10d a hint, honoured when free (default 0)",
        "nodes"},
       {"rdzv_backend", 0, true, "NAME",
-       "static (default: node 0 hosts the store at --master-addr:--master-port) or c10d "
-       "(elastic, through --rdzv-endpoint); etcd and etcd-v2 are not supported",
+       "static (default: node 0 hosts the store at --master-addr:--master-port), c10d "
+       "(elastic, through --rdzv-endpoint) or etcd (elastic, on etcd's v3 API; etcd-v2 and "
+       "etcd-v3 are the same)",
        "rendezvous"},
       {"rdzv_endpoint", 0, true, "HOST[:PORT]",
        "c10d: the rendezvous store every node reaches, a ddpstore or the agent on HOST "
-       "(default port 29400)",
+       "(default port 29400); etcd: its members, HOST[:PORT],HOST[:PORT],... (default 2379)",
        "rendezvous"},
       {"rdzv_id", 0, true, "ID",
        "job id shared by the nodes of one job; jobs on one store need different ids "
@@ -31,7 +32,10 @@ const std::vector<Flag>& flag_table() {
       {"rdzv_conf", 0, true, "K=V,...",
        "seconds: join_timeout=600, last_call_timeout=30, close_timeout=30, read_timeout=60, "
        "keep_alive_interval=5, keep_alive_max_attempt=3 (a count), exit_barrier_timeout=300; "
-       "is_host=true|false, store_type=tcp; accepted, unused: heartbeat_timeout, use_libuv",
+       "is_host=true|false, store_type=tcp; token_file=PATH: the rendezvous store's secret "
+       "(the same file on every node, and ddpstore --token-file PATH; strangers are refused); "
+       "etcd: protocol=http|https, cacert=PATH, cert=PATH, key=PATH (or ca_cert, ssl_cert, "
+       "ssl_cert_key); accepted, unused: heartbeat_timeout, use_libuv",
        "rendezvous"},
       {"standalone", 0, false, "",
        "one node, a store on a free loopback port and a fresh run id (overrides the rdzv flags)",

@@ -1,5 +1,6 @@
 #include "launcher/launch_kind.hpp"
 
+#include "agent/etcd/etcd_client.hpp"
 #include "launcher/cli_parser.hpp"
 #include "store/sys/net.hpp"
 
@@ -22,6 +23,22 @@ LaunchClass classify_c10d(const LaunchConfig& c) {
                    " needs --rdzv-endpoint=HOST[:PORT] (the rendezvous store every node reaches)");
   }
   return {LaunchKind::kMultiNode, ep};
+}
+
+// etcd: always the multi-node rendezvous (one node too: the job is etcd's to see); the
+// endpoint is a list of members, checked here and kept as text.
+LaunchClass classify_etcd(const LaunchConfig& c) {
+  if (c.rdzv_endpoint.empty()) {
+    throw CliError("--rdzv-backend=" + c.rdzv_backend +
+                   " needs --rdzv-endpoint=HOST[:PORT][,HOST[:PORT]...] (etcd's client URLs; "
+                   "port 2379 by default)");
+  }
+  try {
+    etcd::parse_endpoints(c.rdzv_endpoint);
+  } catch (const std::invalid_argument& e) {
+    throw CliError("--rdzv-endpoint=" + c.rdzv_endpoint + ": " + e.what());
+  }
+  return {LaunchKind::kMultiNode, Endpoint{c.rdzv_endpoint, std::nullopt}};
 }
 
 // Static: --rdzv-endpoint overrides --master-addr/--master-port, as in torchrun.
@@ -69,14 +86,10 @@ LaunchClass classify_launch(const LaunchConfig& c) {
     }
     return {LaunchKind::kStandalone, {}};
   }
-  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-    throw CliError("the " + c.rdzv_backend +
-                   " rendezvous backend is not supported: use --rdzv-backend=c10d, with a "
-                   "ddpstore or a ddprun agent hosting the endpoint");
-  }
   if (c.local_addr.find_first_of(" \t\n") != std::string::npos) {
     throw CliError("--local-addr='" + c.local_addr + "': an address has no spaces");
   }
+  if (c.rdzv_backend.starts_with("etcd")) return classify_etcd(c);
   return c.rdzv_backend == "c10d" ? classify_c10d(c) : classify_static(c);
 }
 

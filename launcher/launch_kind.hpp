@@ -18,7 +18,7 @@ enum class LaunchKind {
   kSingleNodeC10d,    // c10d, at most one node, endpoint empty or loopback: the agent hosts
                       // the store at that port
   kMultiNode,         // c10d with a non-loopback endpoint or more than one node; static with
-                      // --nnodes > 1: the store-backed rendezvous
+                      // --nnodes > 1; etcd: the store-backed rendezvous
 };
 
 struct Endpoint {
@@ -28,7 +28,8 @@ struct Endpoint {
 
 struct LaunchClass {
   LaunchKind kind = LaunchKind::kStandalone;
-  // Where the rendezvous store is: --rdzv-endpoint (c10d; static when given), else
+  // Where the rendezvous store is: --rdzv-endpoint (c10d; static when given; etcd: the whole
+  // member list as given, in `host`), else
   // --master-addr and --master-port (static). Empty for kStandalone. Defaults (29400 for
   // c10d, 29500 for static multi-node) are the plan's, so an unset port stays unset here.
   Endpoint endpoint;

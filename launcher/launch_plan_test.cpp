@@ -176,11 +176,46 @@ TEST_F(LaunchPlanTest, ElasticC10d) {
   EXPECT_FALSE(plan({"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "train"}).multi_node);
 }
 
+TEST_F(LaunchPlanTest, Etcd) {
+  for (const char* backend : {"etcd", "etcd-v2", "etcd-v3"}) {
+    auto p = plan({"--nnodes=1:3", std::string("--rdzv_backend=") + backend,
+                   "--rdzv_endpoint=e1,e2:2380", "--rdzv_id=j", "--node_rank=2",
+                   "--rdzv_conf=keep_alive_interval=0.5", "train"});
+    ASSERT_TRUE(p.multi_node) << backend;  // one node too: etcd holds the job
+    const auto& s = *p.multi_node;
+    EXPECT_EQ(s.backend, "etcd");
+    EXPECT_EQ(s.etcd_endpoints, "e1,e2:2380");
+    EXPECT_EQ(s.is_host, std::optional<bool>(false));
+    EXPECT_EQ(s.node_rank_hint, 2);
+    EXPECT_FALSE(s.etcd_tls);
+    bool noticed = false;
+    for (const auto& n : p.notices) noticed |= n.find("v3 API") != std::string::npos;
+    EXPECT_EQ(noticed, std::string(backend) == "etcd-v2") << backend;
+  }
+  // torchrun's etcd-v2 spellings of the TLS files; certificates mean TLS.
+  const std::string file = "/proc/self/exe";  // any readable file
+  auto tls = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=ca_cert=" +
+                   file + ",ssl_cert=" + file + ",ssl_cert_key=" + file, "train"});
+  EXPECT_TRUE(tls.multi_node->etcd_tls);
+  EXPECT_EQ(tls.multi_node->etcd_cacert, file);
+  EXPECT_EQ(tls.multi_node->etcd_key, file);
+  EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e",
+                      "--rdzv_conf=cert=" + file, "train"})
+                .find("together"),
+            std::string::npos);
+}
+
 TEST_F(LaunchPlanTest, BadMultiNodeInput) {
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "train"}).find("needs --rdzv-endpoint"),
             std::string::npos);
-  EXPECT_NE(error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h:2379", "train"})
-                .find("etcd rendezvous backend is not supported"),
+  EXPECT_NE(error_of({"--rdzv_backend=etcd", "train"}).find("needs --rdzv-endpoint"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h:99999", "train"})
+                .find("the port must be 1 to 65535"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h", "--rdzv_conf=ssl_cert=/x",
+                      "train"})
+                .find("ssl_cert=/x"),
             std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h",
                       "--rdzv_conf=join_timeout=-1", "train"})

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "agent/agent.hpp"
+#include "agent/etcd/lease_revoke.hpp"
 #include "agent/process/guardian.hpp"
 #include "agent/rendezvous/local_rendezvous.hpp"
 #include "agent/rendezvous/store_rendezvous.hpp"
@@ -79,14 +80,19 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<agent::Guardian> guardian;
   try {
-    guardian = agent::Guardian::start();
+    guardian = agent::Guardian::start(&etcd::revoke_now);
   } catch (const std::exception& e) {
     sys::log_line(std::string("warning: no orphan guardian: ") + e.what());
   }
   boost::asio::io_context io(1);
   std::unique_ptr<agent::RendezvousHandler> rendezvous;
   if (plan.multi_node) {
-    rendezvous = std::make_unique<agent::StoreRendezvous>(io, *plan.multi_node);
+    auto store_rendezvous = std::make_unique<agent::StoreRendezvous>(io, *plan.multi_node);
+    if (guardian) {
+      store_rendezvous->set_lease_observer(
+          [g = guardian.get()](const std::string& request) { g->set_exit_request(request); });
+    }
+    rendezvous = std::move(store_rendezvous);
   } else {
     rendezvous = std::make_unique<agent::LocalRendezvous>(io, plan.rendezvous);
   }

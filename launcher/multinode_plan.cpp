@@ -1,10 +1,15 @@
 #include "launcher/multinode_plan.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 
 #include "launcher/bind_hosts.hpp"
 #include "launcher/cli_parser.hpp"
+#include "store/sys/token_file.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -26,6 +31,15 @@ bool bool_value(const std::string& key, const std::string& value) {
   if (v == "1" || v == "true" || v == "yes" || v == "y" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "n" || v == "off") return false;
   throw CliError("--rdzv-conf " + key + "=" + value + ": expected true or false");
+}
+
+// A TLS file etcd's connection will need: checked now, so a typo is a usage error.
+std::string readable_file(const std::string& key, const std::string& path) {
+  if (path.empty() || ::access(path.c_str(), R_OK) != 0) {
+    throw CliError("--rdzv-conf " + key + "=" + path + ": " +
+                   (path.empty() ? std::string("expected a file") : std::strerror(errno)));
+  }
+  return path;
 }
 
 }  // namespace
@@ -56,6 +70,22 @@ void apply_rdzv_conf(const LaunchConfig& c, agent::RendezvousSettings& s,
       s.exit_barrier_timeout = seconds_value(key, value, true);
     } else if (key == "is_host") {
       s.is_host = bool_value(key, value);
+    } else if (key == "token_file") {
+      sys::TokenFile file = sys::read_token_file(value);
+      if (!file.error.empty()) throw CliError("--rdzv-conf token_file: " + file.error);
+      if (!file.warning.empty()) notices.push_back(file.warning);
+      s.token = std::move(file.token);
+    } else if (key == "protocol") {
+      if (value != "http" && value != "https") {
+        throw CliError("--rdzv-conf protocol=" + value + ": expected http or https");
+      }
+      s.etcd_tls = value == "https";
+    } else if (key == "cacert" || key == "ca_cert") {
+      s.etcd_cacert = readable_file(key, value);
+    } else if (key == "cert" || key == "ssl_cert") {
+      s.etcd_cert = readable_file(key, value);
+    } else if (key == "key" || key == "ssl_cert_key") {
+      s.etcd_key = readable_file(key, value);
     } else if (key == "store_type") {
       if (value != "tcp" && value != "TCPStore") {
         throw CliError("--rdzv-conf store_type=" + value + ": ddprun's rendezvous store is TCP");
@@ -79,9 +109,25 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Endpo
   s.max_restarts = c.max_restarts;
   s.local_addr = c.local_addr;
   s.endpoint_host = endpoint.host;
-  if (c.rdzv_backend == "c10d") {
-    s.endpoint_port = endpoint.port.value_or(29400);
+  if (c.rdzv_backend.starts_with("etcd")) {
+    // etcd-v2 and etcd-v3 name the same backend: ddprun speaks the v3 API.
+    if (c.rdzv_backend == "etcd-v2") {
+      notices.push_back(
+          "--rdzv-backend=etcd-v2: ddprun speaks etcd's v3 API (served by every etcd since "
+          "3.0; 3.6 turned v2 off), so this runs as --rdzv-backend=etcd");
+    }
+    s.backend = "etcd";
+    s.etcd_endpoints = endpoint.host;
+    s.endpoint_host.clear();
+    s.endpoint_port = 0;
+    s.is_host = false;  // etcd is the store: no agent hosts one
     s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;
+  }
+  if (c.rdzv_backend == "c10d" || c.rdzv_backend.starts_with("etcd")) {
+    if (s.backend == "c10d") {
+      s.endpoint_port = endpoint.port.value_or(29400);
+      s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;
+    }
     if (c.rdzv_id == "none") {
       notices.push_back(
           "warning: --rdzv-id is 'none' (the default): another job started with the same "
@@ -95,10 +141,34 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Endpo
   }
   // The rendezvous store (when hosted here) listens where the endpoint says; this node's
   // workers' store where the other nodes reach it: the advertised --local-addr.
-  bool ipv6 = is_ipv6_literal(endpoint.host) || is_ipv6_literal(c.local_addr);
-  s.bind_host = bind_address(endpoint.host, ipv6);
+  bool ipv6 = is_ipv6_literal(s.endpoint_host) || is_ipv6_literal(c.local_addr);
+  s.bind_host = bind_address(s.endpoint_host, ipv6);
   s.workers_bind_host = bind_address(c.local_addr, ipv6);
   apply_rdzv_conf(c, s, notices);
+  if (s.backend != "etcd") {
+    for (const char* key : {"protocol", "cacert", "ca_cert", "cert", "ssl_cert", "key",
+                            "ssl_cert_key"}) {
+      if (c.rdzv_conf.count(key)) {
+        notices.push_back(std::string("--rdzv-conf ") + key + ": only the etcd backend uses it");
+      }
+    }
+  } else {
+    if (c.rdzv_conf.count("is_host")) notices.push_back("--rdzv-conf is_host: etcd is the store");
+    if (c.rdzv_conf.count("token_file")) {
+      notices.push_back("--rdzv-conf token_file: not used with etcd; etcd checks agents with TLS "
+                        "client certificates (cert=, key=); the workers' store still admits "
+                        "only the round's members");
+      s.token.clear();
+    }
+    s.is_host = false;
+    if (!s.etcd_tls && (!s.etcd_cacert.empty() || !s.etcd_cert.empty())) {
+      s.etcd_tls = true;  // certificates given: TLS, as torchrun's etcd backend does
+    }
+    if (s.etcd_cert.empty() != s.etcd_key.empty()) {
+      throw CliError("--rdzv-conf: give the client certificate and its key together (cert= "
+                     "and key=)");
+    }
+  }
   if (s.backend == "static" && c.rdzv_conf.count("is_host")) {
     notices.push_back("--rdzv-conf is_host: ignored by the static backend (node 0 hosts)");
     s.is_host = c.node_rank == 0;

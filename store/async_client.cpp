@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "store/auth.hpp"
 #include "store/client_frames.hpp"
 #include "store/socket_io.hpp"
 #include "store/sys/net.hpp"
@@ -91,6 +92,10 @@ class AsyncChannel : public std::enable_shared_from_this<AsyncChannel> {
   void ready_for_io();
   void check(const boost::system::error_code& ec, const char* doing);
   [[noreturn]] void fail(Kind kind, const std::string& what);
+  [[noreturn]] void fail_auth(AuthFailure failure);
+  asio::awaitable<void> authenticate(uint32_t nonce);
+  // The next reply byte of the AUTH exchange; a close instead is the store's answer: `failure`.
+  asio::awaitable<uint8_t> read_auth_byte(AuthFailure failure);
   asio::awaitable<bool> fill(bool deadline_ok);
   asio::awaitable<void> read(char* out, size_t size);
 
@@ -149,6 +154,11 @@ void AsyncChannel::fail(Kind kind, const std::string& what) {
   throw StoreError(kind, "store " + peer_ + ": " + what);
 }
 
+void AsyncChannel::fail_auth(AuthFailure failure) {
+  close();
+  throw auth_error(failure, peer_);
+}
+
 void AsyncChannel::ready_for_io() {  // the deadline may have passed while nothing was pending
   if (closed_) throw StoreError(Kind::kClosed, "store " + peer_ + ": connection closed");
   if (timed_out_) fail(Kind::kTimeout, std::string(op_name_) + " timed out");
@@ -181,15 +191,59 @@ asio::awaitable<bool> AsyncChannel::open(std::string host, uint16_t port,
   if (ec) co_return false;
   try {
     const auto nonce = static_cast<uint32_t>(::getpid());
+    if (!options_.token.empty()) {
+      co_await authenticate(nonce);
+      co_return true;
+    }
     co_await write(hello_frame(nonce));
     char echo[4];
     co_await read(echo, sizeof echo);
-    if (wire::load_le(echo, 4) == nonce) co_return true;
+    const uint64_t echoed = wire::load_le(echo, 4);
+    if (echoed == nonce) co_return true;
+    if (echoed == kAuthRequiredWord) fail_auth(AuthFailure::kTokenRequired);
     *error = "PING echoed a wrong nonce";
   } catch (const StoreError& e) {
+    if (e.kind() == Kind::kAuth) throw;  // a different token: retrying cannot help
     *error = e.what();
   }
   co_return false;
+}
+
+// PROTOCOL.md, "AUTH": hello + AUTH(client nonce); check the store's proof; AUTH_PROOF + PING.
+asio::awaitable<void> AsyncChannel::authenticate(uint32_t nonce) {
+  const std::string client_nonce = auth::nonce();
+  co_await write(auth_hello_frame(client_nonce));
+  const uint8_t mode = co_await read_auth_byte(AuthFailure::kUnsupported);
+  if (mode == kAuthOpen) fail_auth(AuthFailure::kServerOpen);
+  if (mode != kAuthChallenge) fail(Kind::kProtocol, "bad reply to AUTH");
+  std::string blobs[2];  // the store's nonce and proof
+  for (std::string& blob : blobs) {
+    if (static_cast<uint64_t>(co_await read_le<int64_t>()) != kAuthBytes) {
+      fail(Kind::kProtocol, "bad reply to AUTH");
+    }
+    blob.resize(kAuthBytes);
+    co_await read(blob.data(), blob.size());
+  }
+  const std::string& token = options_.token;
+  if (!auth::same(blobs[1], auth::server_proof(token, client_nonce, blobs[0]))) {
+    fail_auth(AuthFailure::kServerUnproven);
+  }
+  co_await write(auth_proof_frame(auth::client_proof(token, blobs[0], client_nonce), nonce));
+  if (co_await read_auth_byte(AuthFailure::kRefused) != kExtensionAck) {
+    fail(Kind::kProtocol, "bad reply to AUTH_PROOF");
+  }
+  char echo[4];
+  co_await read(echo, sizeof echo);
+  if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
+}
+
+asio::awaitable<uint8_t> AsyncChannel::read_auth_byte(AuthFailure failure) {
+  try {
+    co_return co_await read_le<uint8_t>();
+  } catch (const StoreError& e) {
+    if (e.kind() != Kind::kClosed) throw;
+    fail_auth(failure);
+  }
 }
 
 asio::awaitable<void> AsyncChannel::write(std::string bytes) {

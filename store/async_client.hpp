@@ -51,9 +51,11 @@ class AsyncClient {
   // Connects (retrying with jittered exponential back-off, 10 ms doubling to 1 s, until
   // options.connect_timeout; each attempt bounded by options.timeout), handshakes, and returns
   // a client bound to `executor`. Throws StoreError(kConnect) naming host:port.
+  // `options` has no default: GCC 12 destroys a defaulted ClientOptions argument (a class
+  // with a string) twice when the call sits in a co_await expression; pass a named one.
   static awaitable<std::unique_ptr<AsyncClient>> connect(boost::asio::any_io_executor executor,
                                                          std::string host, uint16_t port,
-                                                         ClientOptions options = {});
+                                                         ClientOptions options);
   ~AsyncClient();  // closes the connection
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;

@@ -229,7 +229,8 @@ TEST(AsyncClientIpv6Test, ConnectsToIpv6Loopback) {
     GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
   }
   run_on(io, [&]() -> awaitable<void> {
-    auto c = co_await AsyncClient::connect(io.get_executor(), "::1", server->port());
+    ClientOptions options;
+    auto c = co_await AsyncClient::connect(io.get_executor(), "::1", server->port(), options);
     EXPECT_EQ(c->peer(), "[::1]:" + std::to_string(server->port()));
     co_await c->set("k", "v6");
     EXPECT_EQ(co_await c->get("k"), "v6"s);
@@ -240,7 +241,8 @@ TEST(AsyncClientThreadTest, WorksAgainstAServerOnAnotherThread) {
   ServerThread server(listen_on("127.0.0.1"));
   asio::io_context io;
   run_on(io, [&]() -> awaitable<void> {
-    auto c = co_await AsyncClient::connect(io.get_executor(), "127.0.0.1", server.port());
+    ClientOptions options;
+    auto c = co_await AsyncClient::connect(io.get_executor(), "127.0.0.1", server.port(), options);
     EXPECT_EQ(co_await c->add("n", 3), 3);
     EXPECT_TRUE(co_await c->wait(keys("n"), 1s));
   }());

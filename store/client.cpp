@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "store/auth.hpp"
 #include "store/client_frames.hpp"
 #include "store/socket_io.hpp"
 #include "store/wire.hpp"
@@ -53,6 +54,7 @@ std::unique_ptr<Client> Client::connect(const std::string& host, uint16_t port,
         client->handshake(attempt_deadline);
         return client;
       } catch (const StoreError& e) {
+        if (e.kind() == Kind::kAuth) throw;  // a different token: retrying cannot help
         error = e.what();
       }
     }
@@ -73,10 +75,56 @@ std::unique_ptr<Client> Client::connect(const std::string& host, uint16_t port,
 
 void Client::handshake(Clock::time_point deadline) {
   uint32_t nonce = static_cast<uint32_t>(::getpid());
+  if (!options_.token.empty()) return authenticate(nonce, deadline);
   send(client_frames::hello_frame(nonce), deadline);
   char echo[4];
   recv(echo, sizeof echo, deadline);
+  const uint64_t echoed = wire::load_le(echo, 4);
+  if (echoed == kAuthRequiredWord) fail_auth(AuthFailure::kTokenRequired);
+  if (echoed != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
+}
+
+// PROTOCOL.md, "AUTH": hello + AUTH(client nonce); check the store's proof; AUTH_PROOF + PING.
+// A close where a reply was due is the store's answer (see AuthFailure).
+void Client::authenticate(uint32_t nonce, Clock::time_point deadline) {
+  const std::string client_nonce = auth::nonce();
+  send(client_frames::auth_hello_frame(client_nonce), deadline);
+  char mode = 0;
+  if (!recv_unless_closed(&mode, 1, deadline)) fail_auth(AuthFailure::kUnsupported);
+  if (static_cast<uint8_t>(mode) == kAuthOpen) fail_auth(AuthFailure::kServerOpen);
+  if (static_cast<uint8_t>(mode) != kAuthChallenge) fail(Kind::kProtocol, "bad reply to AUTH");
+  std::string blobs[2];  // the store's nonce and proof
+  for (std::string& blob : blobs) {
+    char length[8];
+    recv(length, sizeof length, deadline);
+    if (wire::load_le(length, 8) != kAuthBytes) fail(Kind::kProtocol, "bad reply to AUTH");
+    blob.resize(kAuthBytes);
+    recv(blob.data(), blob.size(), deadline);
+  }
+  const std::string& token = options_.token;
+  if (!auth::same(blobs[1], auth::server_proof(token, client_nonce, blobs[0]))) {
+    fail_auth(AuthFailure::kServerUnproven);
+  }
+  send(client_frames::auth_proof_frame(auth::client_proof(token, blobs[0], client_nonce), nonce),
+       deadline);
+  char ack = 0;
+  if (!recv_unless_closed(&ack, 1, deadline)) fail_auth(AuthFailure::kRefused);
+  if (static_cast<uint8_t>(ack) != kExtensionAck) fail(Kind::kProtocol, "bad reply to AUTH_PROOF");
+  char echo[4];
+  recv(echo, sizeof echo, deadline);
   if (wire::load_le(echo, 4) != nonce) fail(Kind::kProtocol, "PING echoed a wrong nonce");
+}
+
+bool Client::recv_unless_closed(char* data, size_t size, Clock::time_point deadline) {
+  Status s = socket_io::recv_exact(fd_.get(), data, size, deadline);
+  if (interrupted_) fail(Kind::kClosed, "interrupted");
+  if (s == Status::kTimeout) fail(Kind::kTimeout, "timed out waiting for a reply");
+  return s == Status::kOk;
+}
+
+void Client::fail_auth(AuthFailure failure) {
+  broken_ = true;
+  throw client_frames::auth_error(failure, peer_);
 }
 
 void Client::fail(Kind kind, const std::string& what) {

@@ -29,14 +29,29 @@
 
 namespace ddprun::store {
 
+// Why token authentication failed (StoreError::Kind::kAuth); see PROTOCOL.md, "AUTH".
+enum class AuthFailure : uint8_t {
+  kNone,
+  kRefused,         // the store closed the connection at our proof: a different token
+  kServerUnproven,  // the store's proof is wrong: it does not know our token
+  kServerOpen,      // we have a token, the store has none
+  kTokenRequired,   // the store has a token, we have none
+  kUnsupported,     // the store closed the connection at AUTH (torch's, or an older ddprun)
+};
+
 class StoreError : public std::runtime_error {
  public:
-  enum class Kind { kConnect, kTimeout, kClosed, kProtocol };
+  // kAuth: token authentication failed (auth_failure() says how); connect() does not retry it.
+  enum class Kind { kConnect, kTimeout, kClosed, kProtocol, kAuth };
   StoreError(Kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  StoreError(AuthFailure failure, const std::string& what)
+      : std::runtime_error(what), kind_(Kind::kAuth), auth_(failure) {}
   Kind kind() const { return kind_; }
+  AuthFailure auth_failure() const { return auth_; }
 
  private:
   Kind kind_;
+  AuthFailure auth_ = AuthFailure::kNone;
 };
 
 // A non-positive timeout means no deadline (like torch's kNoTimeout).
@@ -44,6 +59,10 @@ struct ClientOptions {
   // connect() retries with exponential back-off (10 ms doubling to 1 s, jittered) until then.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // default per-call deadline
+  // The store's secret (ServerOptions::token). Set: connect() runs the AUTH exchange and
+  // accepts only a store that proves it knows the secret too; empty: a store that asks for a
+  // token is a kAuth error (kTokenRequired). Auth errors are final: connect() does not retry.
+  std::string token;
 };
 
 class Client {
@@ -102,7 +121,11 @@ class Client {
   // Waits for the reply byte of a WAIT/BARRIER; on timeout cancels it and throws kTimeout.
   void await_release(std::chrono::milliseconds timeout, const std::string& what);
   void handshake(Clock::time_point deadline);
+  void authenticate(uint32_t nonce, Clock::time_point deadline);
+  // recv(), except that a closed connection returns false (the store's answer during AUTH).
+  bool recv_unless_closed(char* data, size_t size, Clock::time_point deadline);
   [[noreturn]] void fail(StoreError::Kind kind, const std::string& what);
+  [[noreturn]] void fail_auth(AuthFailure failure);
 
   sys::UniqueFd fd_;
   ClientOptions options_;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/client.hpp"
 #include "store/protocol.hpp"
 #include "store/wire.hpp"
 
@@ -83,6 +84,43 @@ inline std::string hello_frame(uint32_t nonce) {
   wire::put_u32(out, kValidationMagic);
   out += ping_frame(nonce);
   return out;
+}
+
+// A client with a token opens with the 2.x hello and AUTH (no PING: a store with a token
+// answers nothing else first).
+inline std::string auth_hello_frame(std::string_view client_nonce) {
+  std::string out = frame(Op::kValidate);
+  wire::put_u32(out, kValidationMagic);
+  wire::put_u8(out, kAuthOpcode);
+  wire::put_bytes(out, client_nonce);
+  return out;
+}
+
+// Its second flight: the proof, then the usual PING (acknowledged 0x01, then echoed).
+inline std::string auth_proof_frame(std::string_view proof, uint32_t nonce) {
+  std::string out = frame(Op::kAuthProof);
+  wire::put_bytes(out, proof);
+  out += ping_frame(nonce);
+  return out;
+}
+
+inline StoreError auth_error(AuthFailure failure, const std::string& peer) {
+  const std::string at = "the store at " + peer;
+  switch (failure) {
+    case AuthFailure::kRefused:
+      return StoreError(failure, at + " refused this client's token");
+    case AuthFailure::kServerUnproven:
+      return StoreError(failure, at + " did not prove it knows the token");
+    case AuthFailure::kServerOpen:
+      return StoreError(failure, at + " does not ask for a token (started without one?)");
+    case AuthFailure::kTokenRequired:
+      return StoreError(failure, at + " asks for a token and this client has none");
+    case AuthFailure::kUnsupported:
+    case AuthFailure::kNone:
+      break;
+  }
+  return StoreError(AuthFailure::kUnsupported,
+                    at + " closed the connection at AUTH (not a ddprun store, or an older one)");
 }
 
 inline std::string keep_alive_frame(std::chrono::milliseconds interval, int probes) {

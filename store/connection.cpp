@@ -35,7 +35,7 @@ Connection::Connection(std::shared_ptr<detail::ServerCore> core, tcp::socket soc
     : core_(std::move(core)),
       socket_(std::move(socket)),
       peer_(peer),
-      session_(core_->state, core_->options.limits, *this) {
+      session_(core_->state, core_->options.limits, *this, core_->options.token) {
   core_->add(*this);
 }
 
@@ -48,7 +48,18 @@ void Connection::start() {
   socket_.set_option(tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);
   if (ec) return close();
+  if (session_.authenticating()) arm_auth_deadline();
   asio::co_spawn(socket_.get_executor(), run(shared_from_this()), asio::detached);
+}
+
+// A store with a token does not let a stranger hold a connection open without proving itself.
+void Connection::arm_auth_deadline() {
+  auth_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  auth_timer_->expires_after(core_->options.auth_timeout);
+  auth_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->closed_ || !self->session_.authenticating()) return;
+    self->refuse("no token");
+  });
 }
 
 void Connection::close() {
@@ -56,6 +67,7 @@ void Connection::close() {
   closed_ = true;
   boost::system::error_code ignored;
   socket_.close(ignored);
+  if (auth_timer_) auth_timer_->cancel();
 }
 
 asio::awaitable<void> Connection::run(std::shared_ptr<Connection> self) {
@@ -75,6 +87,7 @@ asio::awaitable<void> Connection::run(std::shared_ptr<Connection> self) {
       c.flush(false);
     }
   }
+  if (c.session_.challenged() && !c.core_->closed) c.refuse("wrong token");  // hung up on our proof
   c.close();
   c.session_.fire_will();  // after close(): the will's waiters may be anywhere but here
 }
@@ -141,16 +154,26 @@ void Connection::arm_write() {
 }
 
 void Connection::drop(const std::string& reason) {
+  if (const char* why = session_.refused()) {
+    // What the session queued goes out (kAuthRequiredWord for a PING: a client without a
+    // token learns why), after the log line.
+    return refuse(why, true);
+  }
   sys::log_line(core_->options.log_prefix, "closing connection from " + peer() + " (" +
                                           dialect_name(session_.dialect()) + "): " + reason);
   close();
 }
 
+// A connection that did not authenticate: logged once (rate-limited), then closed.
+void Connection::refuse(const char* reason, bool send_queued) {
+  if (!refusal_logged_) core_->refusals.refused(peer(), reason);
+  refusal_logged_ = true;
+  if (send_queued) flush(false);
+  close();
+}
+
 std::string Connection::peer() const {
-  if (peer_.port() == 0) return "unknown peer";
-  std::string addr = peer_.address().to_string();
-  if (peer_.address().is_v6()) addr = "[" + addr + "]";
-  return addr + ":" + std::to_string(peer_.port());
+  return detail::peer_text(peer_);
 }
 
 }  // namespace ddprun::store

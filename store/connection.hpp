@@ -7,6 +7,7 @@
 #include <array>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 
 #include "store/server_core.hpp"
@@ -36,7 +37,10 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   void on_keep_alive(int64_t interval_ms, uint32_t probes) override;
   void flush(bool arm);
   void arm_write();
+  void arm_auth_deadline();
   void drop(const std::string& reason);
+  // Logs the refusal (once, rate-limited) and closes; `send_queued`: replies first.
+  void refuse(const char* reason, bool send_queued = false);
   std::string peer() const;
 
   // Declared first: destroyed last, after session_ has unparked from the store state.
@@ -44,10 +48,12 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   boost::asio::ip::tcp::socket socket_;
   boost::asio::ip::tcp::endpoint peer_;
   Session session_;
+  std::unique_ptr<boost::asio::steady_timer> auth_timer_;  // only while authenticating
   Connection* prev_ = nullptr;
   Connection* next_ = nullptr;
   bool closed_ = false;
   bool write_armed_ = false;
+  bool refusal_logged_ = false;
   std::array<char, 512> inbuf_;
 };
 

@@ -14,14 +14,16 @@
 #include <system_error>
 
 #include "store/server.hpp"
+#include "store/sys/net.hpp"
+#include "store/sys/token_file.hpp"
 
 namespace {
 
 using ddprun::store::ServerOptions;
 
 constexpr const char* kUsage =
-    "usage: ddpstore [--host H] [--port P] [--max-key-bytes N] [--max-value-bytes N]\n"
-    "                [--max-keys N] [--backlog N]\n"
+    "usage: ddpstore [--host H] [--port P] [--token-file PATH] [--max-key-bytes N]\n"
+    "                [--max-value-bytes N] [--max-keys N] [--backlog N]\n"
     "\n"
     "Serves a key-value store speaking PyTorch's c10d TCPStore protocol (torch 1.13 and 2.x\n"
     "clients, e.g. init_process_group(\"env://\") with TORCHELASTIC_USE_AGENT_STORE=True) until\n"
@@ -29,13 +31,18 @@ constexpr const char* kUsage =
     "\n"
     "  --host H             address or name to bind (default 0.0.0.0; \"::\" for IPv6 + IPv4)\n"
     "  --port P             port (default 29400; 0 picks a free one, printed at start)\n"
+    "  --token-file PATH    serve only clients that prove they know the secret in PATH\n"
+    "                       (one trailing newline ignored): ddprun agents started with\n"
+    "                       --rdzv-conf token_file=PATH holding the same secret; every other\n"
+    "                       connection (torch's clients too) is refused with a log line\n"
     "  --max-key-bytes N    longest key accepted (default 8192)\n"
     "  --max-value-bytes N  longest value accepted (default 8388608)\n"
     "  --max-keys N         most keys in one request (default 131072)\n"
     "  --backlog N          listen backlog (default: /proc/sys/net/core/somaxconn)\n"
     "  -h, --help           this help\n"
     "\n"
-    "A client sending a malformed or over-limit request is disconnected with a log line.\n";
+    "A client sending a malformed or over-limit request is disconnected with a log line.\n"
+    "Without --token-file, anyone who can reach the port can read and write the store.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "ddpstore: %s (see ddpstore --help)\n", message.c_str());
@@ -53,8 +60,8 @@ uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t
 }
 
 bool known_flag(const std::string& flag) {
-  for (const char* f :
-       {"--host", "--port", "--max-key-bytes", "--max-value-bytes", "--max-keys", "--backlog"}) {
+  for (const char* f : {"--host", "--port", "--token-file", "--max-key-bytes", "--max-value-bytes",
+                        "--max-keys", "--backlog"}) {
     if (flag == f) return true;
   }
   return false;
@@ -66,6 +73,11 @@ void apply_flag(ServerOptions& opts, const std::string& flag, const std::string&
     opts.host = value;
   } else if (flag == "--port") {
     opts.port = static_cast<uint16_t>(parse_number(flag, value, 65535));
+  } else if (flag == "--token-file") {
+    ddprun::sys::TokenFile file = ddprun::sys::read_token_file(value);
+    if (!file.error.empty()) usage_error(file.error);
+    if (!file.warning.empty()) std::fprintf(stderr, "ddpstore: %s\n", file.warning.c_str());
+    opts.token = std::move(file.token);
   } else if (flag == "--max-key-bytes") {
     opts.limits.max_key = parse_number(flag, value, kMaxSize);
   } else if (flag == "--max-value-bytes") {
@@ -125,6 +137,14 @@ int main(int argc, char** argv) {
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "ddpstore: %s\n", e.what());
     return 1;
+  }
+  // Before the listening line, which tells scripts (and tests) the store is up.
+  if (opts.token.empty() && !ddprun::sys::is_loopback(opts.host)) {
+    std::fprintf(stderr,
+                 "[ddpstore] warning: the rendezvous store on %s accepts any client that reaches "
+                 "it; give every node --rdzv-conf token_file=PATH (and ddpstore --token-file "
+                 "PATH)\n",
+                 ddprun::sys::endpoint_text(opts.host, server->port()).c_str());
   }
   bool v6 = opts.host.find(':') != std::string::npos;
   std::printf("[ddpstore] listening on %s%s%s:%u\n", v6 ? "[" : "", opts.host.c_str(),

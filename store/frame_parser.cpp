@@ -86,10 +86,23 @@ size_t FrameParser::step_hello(const char* p, size_t n) {
   return i;
 }
 
+void FrameParser::allow_only(std::initializer_list<Op> ops) {
+  static_assert(sizeof(allowed_) * 8 > static_cast<size_t>(Op::kAuthProof));
+  allowed_ = 0;
+  for (Op op : ops) allowed_ |= uint64_t{1} << static_cast<unsigned>(op);
+}
+
 void FrameParser::begin_request(uint8_t opcode) {
   spec_ = decode_opcode(dialect_, opcode);
   if (spec_ == nullptr) {
+    failed_at_opcode_ = true;
     fail("unknown opcode " + hex_byte(opcode) + " in the " + dialect_name(dialect_) + " dialect");
+    return;
+  }
+  if ((allowed_ & (uint64_t{1} << static_cast<unsigned>(spec_->op))) == 0) {
+    failed_at_opcode_ = true;
+    fail(std::string(spec_->name) + " (" + dialect_name(dialect_) +
+         ") where only AUTH is accepted");
     return;
   }
   request_.op = spec_->op;
@@ -110,6 +123,8 @@ void FrameParser::start_field() {
       return begin_integer(IntRole::kKeyLength, 8);
     case Field::kValue:
       return begin_integer(IntRole::kValueLength, 8);
+    case Field::kAuthBlob:
+      return begin_integer(IntRole::kBlobLength, 8);
     case Field::kI64:
       return begin_integer(IntRole::kI64, 8);
     case Field::kU32:
@@ -159,6 +174,12 @@ void FrameParser::on_integer() {
       if (v > limits_.max_value) {
         return fail(std::string(op) + " value of " + std::to_string(v) + " bytes exceeds the " +
                     std::to_string(limits_.max_value) + "-byte limit");
+      }
+      return begin_bytes(&request_.values.emplace_back(), v);
+    case IntRole::kBlobLength:
+      if (v != kAuthBytes) {
+        return fail(std::string(op) + " field of " + std::to_string(v) + " bytes (expected " +
+                    std::to_string(kAuthBytes) + ")");
       }
       return begin_bytes(&request_.values.emplace_back(), v);
     case IntRole::kI64:

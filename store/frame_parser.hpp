@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -35,9 +36,25 @@ class FrameParser {
   // True between frames (no partial request buffered).
   bool at_frame_boundary() const { return phase_ == Phase::kOpcode && !ready_; }
 
+  // Until a connection has authenticated: the ops its next request may be. Any other opcode
+  // (in either dialect) fails at its first byte, before a byte is buffered for it. Set it
+  // between requests; allow_all() lifts it (the default).
+  void allow_only(std::initializer_list<Op> ops);
+  void allow_all() { allowed_ = ~uint64_t{0}; }
+  // The failure was the opcode itself (unknown, or not allowed), not a later field.
+  bool failed_at_opcode() const { return failed() && failed_at_opcode_; }
+
  private:
   enum class Phase : uint8_t { kHello, kOpcode, kInteger, kBytes, kFailed };
-  enum class IntRole : uint8_t { kKeyLength, kValueLength, kI64, kU32, kKeyCount, kPairCount };
+  enum class IntRole : uint8_t {
+    kKeyLength,
+    kValueLength,
+    kBlobLength,
+    kI64,
+    kU32,
+    kKeyCount,
+    kPairCount
+  };
 
   size_t step(const char* p, size_t n);
   size_t step_hello(const char* p, size_t n);
@@ -59,6 +76,8 @@ class FrameParser {
   uint8_t field_ = 0;
   bool pair_value_next_ = false;
   bool ready_ = false;
+  bool failed_at_opcode_ = false;
+  uint64_t allowed_ = ~uint64_t{0};  // bit i: Op i may start the next request
   char int_buf_[8] = {};
   const OpSpec* spec_ = nullptr;
   uint64_t list_left_ = 0;

@@ -256,8 +256,13 @@ TEST(FrameParserTest, OpcodeTables) {
   EXPECT_EQ(torch2_opcode(Op::kKeepAlive), 0x41);
   EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x40)->op, Op::kSetWill);
   EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x41)->op, Op::kKeepAlive);
-  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x42), nullptr);
+  EXPECT_EQ(torch2_opcode(Op::kAuth), 0x42);
+  EXPECT_EQ(torch2_opcode(Op::kAuthProof), 0x43);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x42)->op, Op::kAuth);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x43)->op, Op::kAuthProof);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x44), nullptr);
   EXPECT_THROW(torch1_opcode(Op::kSetWill), std::invalid_argument);
+  EXPECT_THROW(torch1_opcode(Op::kAuth), std::invalid_argument);
 }
 
 TEST(FrameParserTest, ExtensionOpsParseIn2xOnly) {
@@ -273,6 +278,47 @@ TEST(FrameParserTest, ExtensionOpsParseIn2xOnly) {
   EXPECT_EQ(p.requests[1].integer, 5000);
   EXPECT_EQ(p.requests[1].word, 3u);
   EXPECT_EQ(parse("\x40").error, "unknown opcode 0x40 in the torch-1.13 dialect");
+}
+
+TEST(FrameParserTest, AuthCarriesExactly32Bytes) {
+  const std::string nonce(kAuthBytes, 'n');
+  auto p = parse(torch2_hello() + std::string(v2(Op::kAuth).str(nonce)) +
+                     std::string(v2(Op::kAuthProof).str(nonce)),
+                 1);
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  ASSERT_EQ(p.requests.size(), 2u);
+  EXPECT_EQ(p.requests[0].op, Op::kAuth);
+  EXPECT_EQ(p.requests[0].values, std::vector<std::string>{nonce});
+  EXPECT_EQ(p.requests[1].op, Op::kAuthProof);
+  EXPECT_EQ(parse(torch2_hello() + std::string(v2(Op::kAuth).u64(31))).error,
+            "AUTH field of 31 bytes (expected 32)");
+  EXPECT_EQ(parse(torch2_hello() + std::string(v2(Op::kAuthProof).u64(1ull << 40))).error,
+            "AUTH_PROOF field of 1099511627776 bytes (expected 32)");
+  EXPECT_EQ(parse("\x42").error, "unknown opcode 0x42 in the torch-1.13 dialect");
+}
+
+TEST(FrameParserTest, AllowOnlyFailsAtTheOpcodeByte) {
+  FrameParser parser(Limits{});
+  parser.allow_only({Op::kAuth, Op::kPing});
+  std::string set = v1(Op::kSet).str("/k").str(std::string(1000, 'v'));
+  EXPECT_EQ(parser.feed(set), 1u);  // nothing of the SET is buffered past its opcode byte
+  EXPECT_TRUE(parser.failed_at_opcode());
+  EXPECT_EQ(parser.error(), "SET (torch-1.13) where only AUTH is accepted");
+
+  FrameParser allowed(Limits{});
+  allowed.allow_only({Op::kAuth, Op::kPing});
+  allowed.feed(torch2_hello() + std::string(v2(Op::kPing).u32(1)));
+  ASSERT_TRUE(allowed.ready());
+  allowed.take();
+  allowed.allow_all();
+  allowed.feed(v2(Op::kGetNumKeys));
+  EXPECT_TRUE(allowed.ready());
+
+  FrameParser bad_length(Limits{});
+  bad_length.allow_only({Op::kAuth});
+  bad_length.feed(torch2_hello() + std::string(v2(Op::kAuth).u64(7)));
+  EXPECT_TRUE(bad_length.failed());
+  EXPECT_FALSE(bad_length.failed_at_opcode());
 }
 
 }  // namespace

@@ -32,12 +32,14 @@ constexpr OpSpec kSpecs[] = {
     {Op::kBarrier, "BARRIER", 2, {F::kKey, F::kI64}},
     {Op::kSetWill, "SET_WILL", 3, {F::kKey, F::kValue, F::kValue}},
     {Op::kKeepAlive, "KEEP_ALIVE", 2, {F::kI64, F::kU32}},
+    {Op::kAuth, "AUTH", 1, {F::kAuthBlob}},
+    {Op::kAuthProof, "AUTH_PROOF", 1, {F::kAuthBlob}},
 };
 constexpr size_t kOpCount = sizeof(kSpecs) / sizeof(kSpecs[0]);
 
 // Opcode byte -> op, per dialect (dense from 0x00). The ddprun-only ops (0x40+ in the 2.x
-// numbering: SET_WILL, KEEP_ALIVE) have a spec above, a case in decode_opcode() and
-// torch2_opcode() for their byte, and a handler in Session.
+// numbering: SET_WILL, KEEP_ALIVE, AUTH, AUTH_PROOF) have a spec above, a case in decode_opcode()
+// and torch2_opcode() for their byte, and a handler in Session.
 constexpr Op kTorch1Ops[] = {Op::kSet,  Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
                              Op::kWait, Op::kGetNumKeys, Op::kWatchKey, Op::kDeleteKey};
 constexpr Op kTorch2Ops[] = {Op::kValidate,   Op::kSet,      Op::kCompareSet, Op::kGet,
@@ -75,6 +77,8 @@ const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode) {
       if (opcode < std::size(kTorch2Ops)) return &op_spec(kTorch2Ops[opcode]);
       if (opcode == kSetWillOpcode) return &op_spec(Op::kSetWill);
       if (opcode == kKeepAliveOpcode) return &op_spec(Op::kKeepAlive);
+      if (opcode == kAuthOpcode) return &op_spec(Op::kAuth);
+      if (opcode == kAuthProofOpcode) return &op_spec(Op::kAuthProof);
       return nullptr;
     case Dialect::kUnknown:
       break;
@@ -89,6 +93,8 @@ const OpSpec& op_spec(Op op) {
 uint8_t torch2_opcode(Op op) {
   if (op == Op::kSetWill) return kSetWillOpcode;
   if (op == Op::kKeepAlive) return kKeepAliveOpcode;
+  if (op == Op::kAuth) return kAuthOpcode;
+  if (op == Op::kAuthProof) return kAuthProofOpcode;
   int code = find_opcode(kTorch2Ops, op);
   if (code < 0) throw std::invalid_argument(std::string(op_spec(op).name) + " is not a 2.x op");
   return static_cast<uint8_t>(code);

@@ -48,6 +48,8 @@ enum class Op : uint8_t {
   // ddprun-only extensions, 2.x dialect only (opcodes 0x40+, see kSetWillOpcode):
   kSetWill,    // str key, bytes expected, bytes desired -> u8 kExtensionAck
   kKeepAlive,  // i64 interval_ms, u32 probes -> u8 kExtensionAck
+  kAuth,       // auth client nonce -> u8 kAuthOpen, or kAuthChallenge + server nonce + proof
+  kAuthProof,  // auth client proof -> u8 kExtensionAck (a wrong proof: the connection closes)
 };
 
 // Field layout of a request after its opcode byte.
@@ -58,6 +60,7 @@ enum class Field : uint8_t {
   kU32,        // 4 bytes little-endian
   kKeys,       // u64 n (<= max_keys), then n keys
   kKeyValues,  // i64 n (<= max_keys), then n (key, value) pairs
+  kAuthBlob,   // u64 length, exactly kAuthBytes, + bytes (AUTH's nonce and proof)
 };
 
 struct OpSpec {
@@ -86,6 +89,19 @@ inline constexpr uint8_t kWatchRegistered = 0x03;
 inline constexpr uint8_t kSetWillOpcode = 0x40;
 inline constexpr uint8_t kKeepAliveOpcode = 0x41;
 inline constexpr uint8_t kExtensionAck = 0x01;
+
+// Token authentication (ddprun-only, see PROTOCOL.md "AUTH"): a mutual challenge-response
+// with HMAC-SHA256 over random nonces; the token itself never crosses the wire. A store
+// started with a token accepts nothing else as a connection's first request (after the 2.x
+// hello); PING is answered with kAuthRequiredWord instead of its nonce, then the connection
+// is closed, so a client without a token learns why at once.
+inline constexpr uint8_t kAuthOpcode = 0x42;
+inline constexpr uint8_t kAuthProofOpcode = 0x43;
+inline constexpr size_t kAuthBytes = 32;         // nonces and proofs (SHA-256 output)
+inline constexpr uint8_t kAuthOpen = 0x00;       // AUTH reply: this store has no token
+inline constexpr uint8_t kAuthChallenge = 0x01;  // AUTH reply: server nonce and proof follow
+// "AUTH" on the wire; above every pid, which is what our clients use as their PING nonce.
+inline constexpr uint32_t kAuthRequiredWord = 0x48545541;
 
 // Decodes an opcode byte of a known dialect; nullptr for an opcode the dialect lacks.
 const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode);

@@ -13,11 +13,18 @@
 
 namespace ddprun::store::test {
 
-RawConn::RawConn(uint16_t port, const std::string& host) {
+RawConn::RawConn(uint16_t port, const std::string& host, const std::string& source) {
   bool v6 = host.find(':') != std::string::npos;
   fd_.reset(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   int one = 1;
   ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (!source.empty()) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    EXPECT_EQ(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&from), sizeof from), 0)
+        << "bind " << source << ": " << std::strerror(errno);
+  }
   int rc;
   if (v6) {
     sockaddr_in6 addr{};

@@ -12,7 +12,9 @@ namespace ddprun::store::test {
 
 class RawConn {
  public:
-  explicit RawConn(uint16_t port, const std::string& host = "127.0.0.1");
+  // `source`: the IPv4 address to connect from (e.g. "127.0.0.2"); empty = the kernel's pick.
+  explicit RawConn(uint16_t port, const std::string& host = "127.0.0.1",
+                   const std::string& source = "");
   void send(std::string_view bytes);
   // Exactly n bytes; fails the test (and returns what arrived) on EOF or after `timeout`.
   std::string recv(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(20));

@@ -51,6 +51,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
     if (core->closed || ec == asio::error::operation_aborted) break;
     if (!ec) {
       reported = false;
+      if (!core->admit(socket, peer)) continue;
       try {
         std::make_shared<Connection>(core, std::move(socket), peer)->start();
       } catch (const std::exception& e) {
@@ -75,6 +76,57 @@ asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
 }  // namespace
 
 namespace detail {
+
+namespace {
+
+asio::ip::address ipv4_form(const asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  }
+  return a;
+}
+
+}  // namespace
+
+std::string peer_text(const tcp::endpoint& peer) {
+  if (peer.port() == 0) return "unknown peer";
+  const asio::ip::address a = ipv4_form(peer.address());
+  std::string addr = a.to_string();
+  if (a.is_v6()) addr = "[" + addr + "]";
+  return addr + ":" + std::to_string(peer.port());
+}
+
+bool ServerCore::allowed(const asio::ip::address& address) const {
+  if (!allowed_peers) return true;
+  const asio::ip::address a = ipv4_form(address);
+  for (const asio::ip::address& p : *allowed_peers) {
+    if (p == a) return true;
+  }
+  return false;
+}
+
+bool ServerCore::admit(tcp::socket& socket, const tcp::endpoint& peer) {
+  if (allowed(peer.address())) return true;
+  refusals.refused(peer_text(peer), refusal_reason);
+  boost::system::error_code ignored;
+  socket.close(ignored);
+  return false;
+}
+
+void ServerCore::set_allowed_peers(std::optional<std::vector<asio::ip::address>> peers,
+                                   std::string reason) {
+  if (peers) {
+    for (asio::ip::address& a : *peers) a = ipv4_form(a);
+  }
+  allowed_peers = std::move(peers);
+  refusal_reason = std::move(reason);
+  for (Connection* c = connections; c != nullptr; c = c->next_) {
+    if (!c->closed_ && !allowed(c->peer_.address())) {
+      refusals.refused(peer_text(c->peer_), refusal_reason);
+      c->close();
+    }
+  }
+}
 
 void ServerCore::add(Connection& connection) {
   connection.next_ = connections;
@@ -124,6 +176,11 @@ void Server::close() {
 
 size_t Server::connection_count() const {
   return core_->connection_count;
+}
+
+void Server::set_allowed_peers(std::optional<std::vector<asio::ip::address>> peers,
+                               std::string reason) {
+  core_->set_allowed_peers(std::move(peers), std::move(reason));
 }
 
 ServerThread::ServerThread(ServerOptions options)

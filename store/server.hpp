@@ -15,10 +15,14 @@
 // listening socket at once, so the same port can be bound again right away.
 #pragma once
 
+#include <boost/asio/ip/address.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "store/protocol.hpp"
 
@@ -34,6 +38,14 @@ struct ServerOptions {
   Limits limits;
   int backlog = 0;                            // 0 = /proc/sys/net/core/somaxconn
   std::string log_prefix = "[ddprun store]";  // log lines: "<prefix> host:pid: ..."
+  // The store's secret (PROTOCOL.md, "AUTH"). Empty: open to every client, torch's included.
+  // Set: a connection must prove it knows the secret (HMAC challenge-response; the secret
+  // never crosses the wire) before anything else, or it is closed and logged, at most one
+  // line per second per reason: "refused 10.0.0.7:51234: no token" / "wrong token". torch's
+  // clients cannot authenticate: a store with a token is for ddprun's agents only.
+  std::string token;
+  // A connection to a store with a token that has not authenticated by then is refused.
+  std::chrono::milliseconds auth_timeout{std::chrono::seconds(10)};
 };
 
 namespace detail {
@@ -54,6 +66,13 @@ class Server {
   void close();
   // Open client connections (for tests and stats).
   size_t connection_count() const;
+  // Who may connect: nullopt (the default) = everyone; else only these peer addresses (an
+  // IPv4-mapped IPv6 peer counts as its IPv4 address, either way round). Loopback is not
+  // implied: list 127.0.0.1 / ::1 to let local clients in. A refused peer is closed right
+  // after accept and logged (rate-limited) with `reason`: "refused 10.0.0.9:40000: <reason>".
+  // Open connections from peers the new list leaves out are closed (and logged) too.
+  void set_allowed_peers(std::optional<std::vector<boost::asio::ip::address>> peers,
+                         std::string reason = "not an allowed peer");
 
  private:
   std::shared_ptr<detail::ServerCore> core_;  // shared with the connections' coroutines

@@ -8,7 +8,11 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "store/refusal_log.hpp"
 #include "store/server.hpp"
 #include "store/store_state.hpp"
 
@@ -18,13 +22,21 @@ class Connection;
 
 namespace ddprun::store::detail {
 
+// "10.0.0.7:51234", "[fe80::1]:29400"; an IPv4-mapped IPv6 peer in its IPv4 form.
+std::string peer_text(const boost::asio::ip::tcp::endpoint& peer);
+
 struct ServerCore {
   ServerCore(boost::asio::io_context& io, ServerOptions opts)
-      : options(std::move(opts)), acceptor(io), retry_timer(io) {}
+      : options(std::move(opts)), acceptor(io), retry_timer(io), refusals(options.log_prefix) {}
 
   void add(Connection& connection);
   void remove(Connection& connection);
   void close();  // stop accepting, close every connection
+  // Whether the allow-list (if any) lets `peer` in; closes and logs it when not.
+  bool admit(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::tcp::endpoint& peer);
+  bool allowed(const boost::asio::ip::address& address) const;
+  void set_allowed_peers(std::optional<std::vector<boost::asio::ip::address>> peers,
+                         std::string reason);
 
   ServerOptions options;
   StoreState state;
@@ -34,6 +46,10 @@ struct ServerCore {
   // thread is the only user, so idle connections need no large buffer of their own.
   static constexpr size_t kScratchSize = 64 << 10;
   std::unique_ptr<char[]> scratch{new char[kScratchSize]};
+  RefusalLog refusals;  // connections refused: no token, a wrong token, not on the allow-list
+  // Server::set_allowed_peers: nullopt = everyone; addresses in IPv4 form where mapped.
+  std::optional<std::vector<boost::asio::ip::address>> allowed_peers;
+  std::string refusal_reason;         // the log's reason for a peer not on the list
   Connection* connections = nullptr;  // intrusive list of open connections
   size_t connection_count = 0;
   bool closed = false;

@@ -149,7 +149,7 @@ TEST_F(ServerTest, BadInputClosesOnlyThatConnectionWithALogLine) {
   setter->send(v2(Op::kSet).str("text").str("abc"));
   std::vector<BadCase> cases = {
       {"unknown 1.13 opcode", "\x0E", "unknown opcode 0x0E in the torch-1.13 dialect"},
-      {"unknown 2.x opcode", h + "\x42", "unknown opcode 0x42 in the torch-2.x dialect"},
+      {"unknown 2.x opcode", h + "\x7F", "unknown opcode 0x7F in the torch-2.x dialect"},
       {"key too long", h + std::string(v2(Op::kGet).u64(9000)), "GET key of 9000 bytes"},
       {"value too long", v1(Op::kSet).str("k").u64(1ull << 33), "SET value of 8589934592"},
       {"too many keys", h + std::string(v2(Op::kWait).u64(1 << 20)), "WAIT with 1048576 keys"},

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "store/auth.hpp"
 #include "store/wire.hpp"
 
 namespace ddprun::store {
@@ -20,12 +21,31 @@ std::string quoted(const std::string& key) {
   return out + (key.size() > kMax ? "...'" : "'");
 }
 
+// Refusal reasons (the rate-limited log's keys).
+constexpr const char* kNoToken = "no token";
+constexpr const char* kWrongToken = "wrong token";
+constexpr const char* kMalformedAuth = "malformed AUTH";
+
 }  // namespace
+
+Session::Session(StoreState& state, const Limits& limits, OutputListener& listener,
+                 std::string_view token)
+    : state_(state), parser_(limits), listener_(listener), token_(token) {
+  if (token_.empty()) return;
+  auth_ = Auth::kExpectAuth;
+  parser_.allow_only({Op::kAuth, Op::kPing});
+}
 
 bool Session::feed(std::string_view bytes) {
   while (!bytes.empty()) {
     bytes.remove_prefix(parser_.feed(bytes));
-    if (parser_.failed()) return fail(parser_.error());
+    if (parser_.failed()) {
+      if (auth_ == Auth::kExpectAuth && parser_.failed_at_opcode()) {
+        return refuse(kNoToken, parser_.error());
+      }
+      if (authenticating()) return refuse(kMalformedAuth, parser_.error());
+      return fail(parser_.error());
+    }
     if (parser_.ready()) {
       Request request = parser_.take();
       if (!handle(request)) return false;
@@ -54,6 +74,11 @@ bool Session::fail(std::string reason) {
   return false;
 }
 
+bool Session::refuse(const char* reason, std::string detail) {
+  refused_ = reason;
+  return fail(std::move(detail));
+}
+
 void Session::release_held() {
   out_ += held_;
   std::string().swap(held_);
@@ -73,7 +98,39 @@ void Session::on_wake() {
   listener_.on_output();
 }
 
+// Before a connection to a store with a token has authenticated: the parser lets only AUTH,
+// AUTH_PROOF (once challenged) and PING through.
+bool Session::handle_auth(Request& r) {
+  switch (r.op) {
+    case Op::kPing:  // a client without a token (ours, torch 2.x): tell it why, then close
+      wire::put_u32(out_, kAuthRequiredWord);
+      return refuse(kNoToken, "PING before AUTH");
+    case Op::kAuth: {
+      const std::string server_nonce = auth::nonce();
+      wire::put_u8(out_, kAuthChallenge);
+      wire::put_bytes(out_, server_nonce);
+      wire::put_bytes(out_, auth::server_proof(token_, r.values[0], server_nonce));
+      expected_proof_ = auth::client_proof(token_, server_nonce, r.values[0]);
+      auth_ = Auth::kChallenged;
+      parser_.allow_only({Op::kAuthProof});
+      return true;
+    }
+    case Op::kAuthProof:
+      if (!auth::same(r.values[0], expected_proof_)) {
+        return refuse(kWrongToken, "AUTH_PROOF does not match the token");
+      }
+      std::string().swap(expected_proof_);
+      auth_ = Auth::kDone;
+      parser_.allow_all();
+      wire::put_u8(out_, kExtensionAck);
+      return true;
+    default:
+      return refuse(kNoToken, std::string(op_spec(r.op).name) + " before AUTH");
+  }
+}
+
 bool Session::handle(Request& request) {
+  if (authenticating()) return handle_auth(request);
   if (parked()) {
     if (dialect() == Dialect::kTorch1) {
       state_.cancel_wait(*this);  // the 1.13 client gave up on it: never send the late byte
@@ -107,6 +164,13 @@ bool Session::handle(Request& request) {
       listener_.on_keep_alive(request.integer, request.word);
       wire::put_u8(reply(), kExtensionAck);
       return true;
+    case Op::kAuth:
+      if (auth_ == Auth::kDone) return fail("AUTH on a connection that has authenticated");
+      wire::put_u8(reply(), kAuthOpen);  // the client decides whether an open store will do
+      return true;
+    case Op::kAuthProof:
+      return fail(auth_ == Auth::kDone ? "AUTH_PROOF on a connection that has authenticated"
+                                       : "AUTH_PROOF on a store without a token");
     case Op::kSet:
     case Op::kCompareSet:
     case Op::kAdd:

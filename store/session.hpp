@@ -9,6 +9,11 @@
 // gave up (its timeout sends nothing), so there any new request cancels the parked wait and
 // the late 0x00 is never sent (torch 1.13's own server desyncs the connection there).
 //
+// Token (ddprun-only, PROTOCOL.md "AUTH"): with a non-empty token the connection must finish
+// the AUTH exchange before anything else; until then the parser accepts only AUTH (and PING,
+// answered with kAuthRequiredWord) and any other first request, a malformed AUTH frame or a
+// wrong proof refuses the connection (feed() returns false, refused() says why).
+//
 // Not thread-safe: the io_context thread only.
 #pragma once
 
@@ -40,14 +45,24 @@ class OutputListener {
 
 class Session final : private Waiter {
  public:
-  // `state` and `listener` must outlive the session.
-  Session(StoreState& state, const Limits& limits, OutputListener& listener)
-      : state_(state), parser_(limits), listener_(listener) {}
+  // `state`, `listener` and the token's bytes must outlive the session. An empty token: the
+  // store is open (AUTH is answered kAuthOpen).
+  Session(StoreState& state, const Limits& limits, OutputListener& listener,
+          std::string_view token = {});
 
   // Processes received bytes. Returns false when the connection must be closed: a
   // malformed frame, an impossible request (error() says why, in one line).
   bool feed(std::string_view bytes);
   const std::string& error() const { return error_; }
+  // When feed() returned false before the connection authenticated on a store with a token:
+  // the refusal's short reason ("no token", "wrong token", "malformed AUTH"); else nullptr.
+  // Replies queued by then (kAuthRequiredWord for a PING) are meant to be sent before closing.
+  const char* refused() const { return refused_; }
+  // A store with a token, and this connection has not finished AUTH yet.
+  bool authenticating() const { return auth_ == Auth::kExpectAuth || auth_ == Auth::kChallenged; }
+  // Challenged and no proof yet: a client that hangs up here rejected this store's proof (our
+  // clients check it first), i.e. it holds a different token.
+  bool challenged() const { return auth_ == Auth::kChallenged; }
 
   // Reply bytes ready to send, in order; after sending a prefix call consume_output(n).
   std::string_view output() const { return std::string_view(out_).substr(out_pos_); }
@@ -63,7 +78,11 @@ class Session final : private Waiter {
   void fire_will();
 
  private:
+  enum class Auth : uint8_t { kOpen, kExpectAuth, kChallenged, kDone };
+
   bool handle(Request& request);
+  bool handle_auth(Request& request);
+  bool refuse(const char* reason, std::string detail);
   bool handle_read(Request& request);
   bool handle_write(Request& request);
   bool handle_wait(Request& request);
@@ -83,6 +102,10 @@ class Session final : private Waiter {
     std::string key, expected, desired;
   };
   std::optional<Will> will_;
+  std::string_view token_;
+  std::string expected_proof_;  // the client's proof, while challenged
+  const char* refused_ = nullptr;
+  Auth auth_ = Auth::kOpen;
 };
 
 }  // namespace ddprun::store

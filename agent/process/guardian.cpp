@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -20,7 +21,7 @@ namespace {
 
 // The guardian's whole life. Single-threaded copy of ddprun taken before any thread existed,
 // so ordinary library calls are fine here.
-[[noreturn]] void guardian_main(int read_fd) {
+[[noreturn]] void guardian_main(int read_fd, Guardian::ExitAction action) {
   ::setsid();
   ::prctl(PR_SET_NAME, "ddprun-guard");
   for (int sig = 1; sig < NSIG; ++sig) {
@@ -36,41 +37,57 @@ namespace {
   if (read_fd != 3) ::dup2(read_fd, 3);
   ::syscall(SYS_close_range, 4, ~0U, 0);
 
+  // Records: int32 > 0 watches a process group, < 0 unwatches it; 0 is followed by an int32
+  // length and that many bytes: the exit request.
   std::vector<pid_t> groups;
-  int32_t buf[256];
-  size_t have = 0;  // bytes in buf
+  std::string exit_request;
+  std::string in;
+  char buf[4096];
   for (;;) {
-    ssize_t n = ::read(3, reinterpret_cast<char*>(buf) + have, sizeof(buf) - have);
+    ssize_t n = ::read(3, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EOF: ddprun is gone
-    have += static_cast<size_t>(n);
-    size_t records = have / sizeof(int32_t);
-    for (size_t i = 0; i < records; ++i) {
-      int32_t r = buf[i];
+    in.append(buf, static_cast<size_t>(n));
+    size_t at = 0;
+    for (;;) {
+      int32_t r;
+      if (in.size() - at < sizeof r) break;
+      std::memcpy(&r, in.data() + at, sizeof r);
+      if (r == 0) {
+        int32_t len;
+        if (in.size() - at < 2 * sizeof r) break;
+        std::memcpy(&len, in.data() + at + sizeof r, sizeof len);
+        if (len < 0 || in.size() - at - 2 * sizeof r < static_cast<size_t>(len)) break;
+        exit_request.assign(in, at + 2 * sizeof r, static_cast<size_t>(len));
+        at += 2 * sizeof r + static_cast<size_t>(len);
+        continue;
+      }
       if (r > 0) {
         groups.push_back(r);
-      } else if (r < 0) {
+      } else {
         std::erase(groups, -r);
       }
+      at += sizeof r;
     }
-    size_t used = records * sizeof(int32_t);
-    // Partial record (pipe writes of 4 bytes are atomic, so this does not happen in practice).
-    std::memmove(buf, reinterpret_cast<char*>(buf) + used, have - used);
-    have -= used;
+    in.erase(0, at);
   }
+  // The exit request first (within 1 s): the other nodes then learn of this node's end
+  // (its etcd lease revoked) before its workers' sockets close under their collectives,
+  // which would count as a worker failure and spend a restart.
+  if (action && !exit_request.empty()) action(exit_request, std::chrono::seconds(1));
   for (pid_t g : groups) ::kill(-g, SIGKILL);
   ::_exit(0);
 }
 
 }  // namespace
 
-std::unique_ptr<Guardian> Guardian::start() {
+std::unique_ptr<Guardian> Guardian::start(ExitAction action) {
   sys::Pipe p = sys::make_pipe();
   pid_t pid = ::fork();
   if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork (guardian)");
   if (pid == 0) {
     p.write.reset();
-    guardian_main(p.read.get());
+    guardian_main(p.read.get(), action);
   }
   p.read.reset();
   return std::unique_ptr<Guardian>(new Guardian(pid, std::move(p.write)));
@@ -83,12 +100,23 @@ Guardian::~Guardian() {
 }
 
 void Guardian::send(int32_t record) {
+  send_bytes(reinterpret_cast<const char*>(&record), sizeof record);
+}
+
+void Guardian::send_bytes(const char* data, size_t size) {
   if (!pipe_) return;
-  ssize_t n;
-  do {
-    n = ::write(pipe_.get(), &record, sizeof(record));
-  } while (n < 0 && errno == EINTR);
-  if (n != sizeof(record) && !warned_) {
+  bool ok = true;
+  while (size > 0) {
+    ssize_t n = ::write(pipe_.get(), data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  if (!ok && !warned_) {
     warned_ = true;
     sys::log_line(
         "warning: the orphan guardian is gone; workers' children may outlive ddprun if it "
@@ -101,6 +129,14 @@ void Guardian::watch(pid_t pgid) {
 }
 void Guardian::unwatch(pid_t pgid) {
   send(-static_cast<int32_t>(pgid));
+}
+
+void Guardian::set_exit_request(const std::string& request) {
+  std::string record(2 * sizeof(int32_t), '\0');
+  const int32_t len = static_cast<int32_t>(request.size());
+  std::memcpy(record.data() + sizeof(int32_t), &len, sizeof len);
+  record += request;
+  send_bytes(record.data(), record.size());
 }
 
 }  // namespace ddprun::agent

@@ -6,8 +6,10 @@
 #include <system_error>
 #include <utility>
 
+#include "agent/rendezvous/workers_store_peers.hpp"
 #include "store/server.hpp"
 #include "store/sys/log.hpp"
+#include "store/sys/net.hpp"
 
 namespace ddprun::agent {
 
@@ -31,6 +33,10 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int loca
   for (int attempt = 1;; ++attempt) {
     try {
       server_ = std::make_unique<store::Server>(io_, opts);
+      // On the wildcard only because the user named a host: still a one-node job's store.
+      if (sys::is_wildcard(opts.host)) {
+        server_->set_allowed_peers(this_machine_peers(), "not this machine (a one-node job)");
+      }
       break;
     } catch (const std::system_error& e) {
       if (attempt >= tries) {

@@ -3,7 +3,8 @@
 //   * C10dStore (c10d_store.hpp): ddprun's TCPStore over store::AsyncClient, on the agent's
 //     io_context (a ddpstore, or the store an agent hosts);
 //   * MemoryStore (memory_store.hpp): in one process, for tests that run N nodes as N threads;
-//   * next, etcd's v3 API: see "Mapping to etcd" below.
+//   * EtcdStore (etcd_store.hpp): etcd's v3 API, for --rdzv-backend=etcd (see its header for
+//     how each operation and the last will map onto etcd).
 // PrefixStore (prefix_store.hpp) puts every key of a job under one prefix by wrapping.
 //
 // Semantics every implementation keeps:
@@ -24,13 +25,6 @@
 // Threads: one client is used from one executor (the coroutine's), one operation at a time;
 // close() may be called on that executor while an operation is suspended, which then throws
 // kClosed.
-//
-// Mapping to etcd (the next implementation): add and compare_set are transactions comparing
-// the key's mod revision (retried on conflict); multi_get/multi_set one transaction; wait a
-// watch from the revision of a range that found a key missing, with a timer; the last will a
-// key bound to this agent's lease (TTL = keep-alive interval x attempts, kept alive by the
-// agent), holding (key, expected, desired): every agent watches the job's will keys and
-// applies the compare_set when one is deleted by lease expiry or revocation.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>

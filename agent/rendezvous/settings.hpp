@@ -11,7 +11,7 @@ namespace ddprun::agent {
 using Millis = std::chrono::milliseconds;
 
 struct RendezvousSettings {
-  std::string backend = "c10d";  // "c10d" or "static" (reported by backend())
+  std::string backend = "c10d";  // "c10d", "static" or "etcd" (reported by backend())
   std::string run_id = "none";   // --rdzv-id: namespaces the job's keys in the store
   int min_nodes = 1;
   int max_nodes = 1;
@@ -39,6 +39,16 @@ struct RendezvousSettings {
   // address when the user named one, the wildcard ("0.0.0.0", "::") only when needed.
   std::string bind_host = "0.0.0.0";
   std::string workers_bind_host = "0.0.0.0";
+  // --rdzv-conf token_file=: the rendezvous store's secret (store::ServerOptions::token), for
+  // the store this agent hosts and for its connections to it. Empty = open (a warning when
+  // the hosted store listens beyond loopback).
+  std::string token;
+
+  // etcd (backend "etcd"): the members as --rdzv-endpoint lists them ("h1:2379,h2:2379"),
+  // and TLS (--rdzv-conf protocol=https, cacert=, cert=, key=).
+  std::string etcd_endpoints;
+  bool etcd_tls = false;
+  std::string etcd_cacert, etcd_cert, etcd_key;
 
   // This node.
   std::string local_addr;  // advertised address; empty = the host name

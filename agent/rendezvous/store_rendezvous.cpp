@@ -2,14 +2,19 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <system_error>
 
+#include "agent/etcd/lease_revoke.hpp"
 #include "agent/rendezvous/c10d_store.hpp"
+#include "agent/rendezvous/etcd_store.hpp"
 #include "agent/rendezvous/prefix_store.hpp"
+#include "agent/rendezvous/workers_store_peers.hpp"
 #include "store/server.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
@@ -22,6 +27,29 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 using store::StoreError;
 
+namespace {
+
+// Why the rendezvous store and this agent did not agree on the token (--rdzv-conf token_file).
+std::string token_refusal(const std::string& endpoint, store::AuthFailure failure) {
+  const std::string at = "the rendezvous store at " + endpoint;
+  switch (failure) {
+    case store::AuthFailure::kRefused:
+      return at + " refused this agent's token (every node and the store need the same secret)";
+    case store::AuthFailure::kServerUnproven:
+      return at + " did not prove it knows the token (not this job's store, or another secret)";
+    case store::AuthFailure::kServerOpen:
+      return at + " does not ask for a token (started without --token-file?)";
+    case store::AuthFailure::kTokenRequired:
+      return at + " asks for a token: give this node --rdzv-conf token_file=PATH";
+    case store::AuthFailure::kUnsupported:
+    case store::AuthFailure::kNone:
+      break;
+  }
+  return at + " does not support tokens (not a ddprun store, or an older one)";
+}
+
+}  // namespace
+
 StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settings)
     : io_(io), s_(std::move(settings)), event_timer_(io), watch_wake_(io.get_executor()) {
   self_.addr = s_.local_addr.empty() ? sys::fq_host_name() : s_.local_addr;
@@ -32,6 +60,7 @@ StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settin
 StoreRendezvous::~StoreRendezvous() = default;
 
 std::string StoreRendezvous::endpoint() const {
+  if (s_.backend == "etcd") return etcd::endpoints_text(etcd::parse_endpoints(s_.etcd_endpoints));
   return sys::endpoint_text(s_.endpoint_host, s_.endpoint_port);
 }
 
@@ -42,10 +71,17 @@ void StoreRendezvous::host_store() {
   opts.host = s_.bind_host;
   opts.port = static_cast<uint16_t>(s_.endpoint_port);
   opts.log_prefix = "[ddprun rendezvous store]";
+  opts.token = s_.token;
   try {
     host_ = std::make_unique<store::ServerThread>(opts);
     sys::log_line("hosting the rendezvous store of job '" + s_.run_id + "' on " +
                   sys::endpoint_text(s_.bind_host, host_->port()));
+    if (s_.token.empty() && !sys::is_loopback(s_.bind_host)) {
+      sys::log_line("warning: the rendezvous store on " +
+                    sys::endpoint_text(s_.bind_host, host_->port()) +
+                    " accepts any client that reaches it; give every node --rdzv-conf "
+                    "token_file=PATH (and ddpstore --token-file PATH)");
+    }
   } catch (const std::system_error& e) {
     if (s_.is_host) {
       throw RendezvousError(std::string("cannot host the rendezvous store: ") + e.what() +
@@ -58,11 +94,77 @@ void StoreRendezvous::host_store() {
   }
 }
 
+// etcd: two clients under the job's prefix (the protocol's, whose lease carries this agent's
+// last will, and the round watcher's), each checked against etcd before the first join, so a
+// wrong endpoint, certificate or permission is one clear line within read_timeout.
+asio::awaitable<void> StoreRendezvous::connect_etcd() {
+  const std::string prefix = "/ddprun/" + s_.run_id + "/";
+  EtcdStoreOptions o;
+  o.client.endpoints = etcd::parse_endpoints(s_.etcd_endpoints);
+  o.client.tls = s_.etcd_tls;
+  o.client.cacert = s_.etcd_cacert;
+  o.client.cert = s_.etcd_cert;
+  o.client.key = s_.etcd_key;
+  // One member gets at most half a lease TTL (1 to 5 s) before the next is tried: a stopped
+  // member must not cost a lease.
+  o.client.attempt_timeout =
+      std::clamp<Millis>(std::min<Millis>(s_.read_timeout, s_.keep_alive_interval *
+                                                                s_.keep_alive_max_attempt / 2),
+                         std::chrono::seconds(1), std::chrono::seconds(5));
+  o.client.keep_alive_interval = s_.keep_alive_interval;
+  o.client.keep_alive_probes = s_.keep_alive_max_attempt;
+  o.client.cursor = std::make_shared<size_t>(0);  // one agent's clients fail over together
+  o.job_prefix = prefix;
+  o.op_timeout = s_.read_timeout;
+  o.lease_ttl = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  o.keep_alive_every = s_.keep_alive_interval;
+  EtcdStoreOptions watch_options = o;
+  watch_options.apply_wills = false;  // the protocol's client applies them
+  const etcd::Options client = o.client;
+  o.on_lease = [this, client](int64_t lease) {
+    if (lease_observer_) lease_observer_(lease ? etcd::revoke_request(client, lease) : "");
+  };
+  std::unique_ptr<EtcdStore> main, watch;
+  std::string error;
+  try {
+    main = std::make_unique<EtcdStore>(io_.get_executor(), o);
+    watch = std::make_unique<EtcdStore>(io_.get_executor(), watch_options);
+    std::vector<std::string> probe{prefix + "round"};
+    co_await main->check(probe);
+    co_await watch->check(probe);
+  } catch (const etcd::EtcdError& e) {
+    error = e.what();
+  } catch (const store::StoreError& e) {
+    error = e.what();
+  }
+  if (!error.empty()) {
+    if (interrupted_) throw RendezvousError("rendezvous interrupted");
+    if (error.rfind("no etcd member answered", 0) == 0) {
+      throw RendezvousError("cannot reach etcd within " + sys::seconds_text(s_.read_timeout) +
+                            " (read_timeout): " + error);
+    }
+    throw RendezvousError(error.find("etcd at") != std::string::npos
+                              ? error
+                              : "etcd at " + endpoint() + ": " + error);
+  }
+  etcd_main_ = main.get();
+  main_ = std::make_unique<PrefixStore>(std::move(main), prefix);
+  watch_ = std::make_unique<PrefixStore>(std::move(watch), prefix);
+  protocol_ = std::make_unique<RoundProtocol>(*main_, s_, self_);
+  watching_ = true;
+  asio::co_spawn(io_, watch_rounds(), asio::detached);
+}
+
 asio::awaitable<void> StoreRendezvous::connect() {
+  if (s_.backend == "etcd") {
+    co_await connect_etcd();
+    co_return;
+  }
   host_store();
   store::ClientOptions opts;
   opts.connect_timeout = s_.join_timeout;
   opts.timeout = s_.read_timeout;
+  opts.token = s_.token;
   const auto port = static_cast<uint16_t>(s_.endpoint_port);
   std::unique_ptr<store::AsyncClient> main, watch;
   std::optional<store::StoreError> error;
@@ -75,6 +177,9 @@ asio::awaitable<void> StoreRendezvous::connect() {
     error = e;
   }
   if (error && interrupted_) throw RendezvousError("rendezvous interrupted");
+  if (error && error->kind() == store::StoreError::Kind::kAuth) {
+    throw RendezvousError(token_refusal(endpoint(), error->auth_failure()));
+  }
   if (error && error->kind() == store::StoreError::Kind::kConnect) {
     throw RendezvousError("cannot reach the rendezvous store at " + endpoint() + " within " +
                           sys::seconds_text(s_.join_timeout) + " (join_timeout): " + error->what());
@@ -127,7 +232,10 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
     store::ServerOptions opts;
     opts.host = s_.workers_bind_host;
     opts.port = 0;
+    opts.log_prefix = "[ddprun workers' store]";
     workers_store_ = std::make_unique<store::Server>(io_, opts);
+    // No round yet: local clients only (the members are let in once the round forms).
+    workers_store_->set_allowed_peers(loopback_peers(), "not a member of a formed round");
   } catch (const std::system_error& e) {
     throw RendezvousError(std::string("cannot host the workers' store: ") + e.what());
   }
@@ -152,7 +260,11 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
   formed_ = f;
   last_change_.reset();
   round_end_.reset();
-  if (f.ranks.rank0_index != f.index) workers_store_.reset();
+  if (f.ranks.rank0_index != f.index) {
+    workers_store_.reset();
+  } else {
+    admit_members(f);
+  }
   watch_round_ = f.round;
   watch_wake_.notify();
 
@@ -166,6 +278,19 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
                 sys::endpoint_text(info.master_addr, info.master_port) + ", restart count " +
                 std::to_string(info.restart_count) + " of " + std::to_string(info.max_restarts));
   co_return info;
+}
+
+// Before any worker starts: the workers' store takes connections from loopback and from the
+// round's members only (torch's clients cannot authenticate; their addresses can be checked).
+void StoreRendezvous::admit_members(const FormedRound& f) {
+  std::vector<std::string> members, unresolved;
+  for (const NodeDesc& node : f.nodes) members.push_back(node.addr);
+  workers_store_->set_allowed_peers(member_peers(members, &unresolved),
+                                    "not a member of round " + std::to_string(f.round));
+  for (const std::string& name : unresolved) {
+    sys::log_line("warning: cannot resolve member " + name +
+                  ": the workers' store will refuse its workers");
+  }
 }
 
 std::string StoreRendezvous::node_name(const std::string& id) const {
@@ -198,7 +323,9 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
       break;
     case RoundChange::Kind::kDead:
       e.kind = RoundEnd::Kind::kNodeLost;
-      e.what = node_name(c.node_id) + " is gone (its connection to the store closed)";
+      e.what = node_name(c.node_id) + (s_.backend == "etcd"
+                                            ? " is gone (its etcd lease ended)"
+                                            : " is gone (its connection to the store closed)");
       break;
   }
   return e;
@@ -324,6 +451,10 @@ asio::awaitable<void> StoreRendezvous::shutdown(Exit how) {
   stopping_ = true;
   watch_wake_.notify();
   if (watch_) watch_->close();
+  if (etcd_main_ && !interrupted_) {
+    // Revoking the lease ends the running round for the others at once (its will).
+    co_await etcd_main_->end(std::min<Millis>(s_.read_timeout, std::chrono::seconds(5)));
+  }
   if (main_) main_->close();  // a leaving node's will ends the running round for the others
   host_.reset();
 }

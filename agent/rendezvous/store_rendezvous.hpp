@@ -24,8 +24,10 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "agent/rendezvous/rendezvous.hpp"
 #include "agent/rendezvous/rendezvous_store.hpp"
@@ -39,6 +41,8 @@ class ServerThread;
 }  // namespace ddprun::store
 
 namespace ddprun::agent {
+
+class EtcdStore;
 
 class StoreRendezvous final : public RendezvousHandler {
  public:
@@ -54,8 +58,16 @@ class StoreRendezvous final : public RendezvousHandler {
   void interrupt() override;
   boost::asio::awaitable<void> shutdown(Exit how) override;
 
+  // etcd: called with what revokes this agent's lease (etcd::revoke_request) whenever it
+  // changes, and with "" once the agent revoked it itself. ddprun hands it to its guardian,
+  // which revokes the lease if the agent dies, so the others notice at once, not after the TTL.
+  void set_lease_observer(std::function<void(const std::string&)> observer) {
+    lease_observer_ = std::move(observer);
+  }
+
  private:
   boost::asio::awaitable<void> connect();
+  boost::asio::awaitable<void> connect_etcd();
   void host_store();
   boost::asio::awaitable<void> watch_rounds();
   void on_change(int round, std::optional<std::string> value, std::string error);
@@ -63,6 +75,7 @@ class StoreRendezvous final : public RendezvousHandler {
   RoundEnd store_lost(const std::string& error) const;
   std::string endpoint() const;
   std::string node_name(const std::string& id) const;
+  void admit_members(const FormedRound& f);
   boost::asio::awaitable<void> say_goodbye(Exit how);
 
   boost::asio::io_context& io_;
@@ -71,6 +84,8 @@ class StoreRendezvous final : public RendezvousHandler {
   std::unique_ptr<store::ServerThread> host_;  // the rendezvous store, when hosted here
   std::unique_ptr<RendezvousStore> main_;      // runs the protocol
   std::unique_ptr<RendezvousStore> watch_;     // parked in WAIT on the round's change key
+  EtcdStore* etcd_main_ = nullptr;             // etcd: the store inside main_ (its lease)
+  std::function<void(const std::string&)> lease_observer_;
   std::unique_ptr<RoundProtocol> protocol_;
   std::unique_ptr<store::Server> workers_store_;  // this round's, on io_
   std::optional<FormedRound> formed_;             // the round this node is a member of

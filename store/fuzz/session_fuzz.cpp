@@ -1,6 +1,7 @@
 // libFuzzer target: three sessions sharing one StoreState, fed interleaved arbitrary bytes
 // (both dialects, parked WAITs, barriers, cancels, queues, closes). Checks that nothing
-// crashes or leaks and that a closed session never gets output afterwards.
+// crashes or leaks and that a closed session never gets output afterwards. The third session
+// belongs to a store with a token (the AUTH exchange and its refusals).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,7 +15,8 @@ namespace {
 using namespace ddprun::store;
 
 struct Peer : OutputListener {
-  explicit Peer(StoreState& state, const Limits& limits) : session(state, limits, *this) {}
+  Peer(StoreState& state, const Limits& limits, std::string_view token)
+      : session(state, limits, *this, token) {}
   void on_output() override {
     if (session.output().empty()) std::abort();  // woken with nothing to send
   }
@@ -38,12 +40,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pos += 2;
     size_t n = std::min<size_t>(length, size - pos);
     auto& peer = peers[control % 3];
-    if (!peer) peer = std::make_unique<Peer>(state, limits);
+    if (!peer) peer = std::make_unique<Peer>(state, limits, control % 3 == 2 ? "fuzz" : "");
     if (control & 0x80) {
       peer.reset();  // the client disconnects
     } else {
       if (!peer->session.feed(std::string_view(reinterpret_cast<const char*>(data) + pos, n))) {
         if (peer->session.error().empty()) std::abort();
+        if (peer->session.refused() && control % 3 != 2) std::abort();  // open store: never
         peer.reset();
       } else if (control & 0x40) {
         peer->session.consume_output(peer->session.output().size());

@@ -12,6 +12,7 @@
 #include "store/sys/random.hpp"
 #include "store/sys/temp_dir.hpp"
 #include "store/sys/time_text.hpp"
+#include "store/sys/token_file.hpp"
 
 namespace ddprun::sys {
 namespace {
@@ -101,6 +102,32 @@ TEST(SysTest, LogLineIsOneLineInTheOneFormat) {
   std::string prefix = host_name() + ":" + std::to_string(::getpid());
   EXPECT_EQ(std::string(buf, static_cast<size_t>(n)),
             "[ddpstore] " + prefix + " listening\n[ddprun] " + prefix + " hello\n");
+}
+
+TEST(SysTest, TokenFileStripsOneNewlineAndJudgesThePath) {
+  TempDir dir("ddprun-token-");
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    std::string path = dir.path() + "/" + name;
+    UniqueFd f = open_for_write(path.c_str());
+    write_all(f.get(), text.data(), text.size());
+    ::chmod(path.c_str(), mode);
+    return path;
+  };
+  TokenFile ok = read_token_file(write("ok", "s3cret\n\n", 0600));
+  EXPECT_EQ(ok.token, "s3cret\n");  // one trailing newline only
+  EXPECT_TRUE(ok.error.empty());
+  EXPECT_TRUE(ok.warning.empty());
+  const std::string shared = write("shared", "s3cret", 0644);
+  TokenFile loose = read_token_file(shared);
+  EXPECT_EQ(loose.token, "s3cret");
+  EXPECT_EQ(loose.warning, "warning: the token file " + shared +
+                               " can be read by other users (mode 0644); chmod 600 " + shared);
+  const std::string empty = write("empty", "\n", 0600);
+  EXPECT_EQ(read_token_file(empty).error, "the token file " + empty + " is empty");
+  EXPECT_EQ(read_token_file(dir.path() + "/missing").error,
+            "cannot read the token file " + dir.path() + "/missing: No such file or directory");
+  EXPECT_EQ(read_token_file(dir.path()).error,
+            "the token file " + dir.path() + " is not a small regular file");
 }
 
 }  // namespace

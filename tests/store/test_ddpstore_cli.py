@@ -16,7 +16,8 @@ def test_help(ddpstore):
     out = run(ddpstore, "--help")
     assert out.returncode == 0
     assert out.stdout.startswith("usage: ddpstore")
-    for flag in ("--host", "--port", "--max-key-bytes", "--max-value-bytes", "--max-keys"):
+    for flag in ("--host", "--port", "--token-file", "--max-key-bytes", "--max-value-bytes",
+                 "--max-keys"):
         assert flag in out.stdout
 
 

@@ -5,6 +5,10 @@
 // starting N real agents on one machine would measure the machine, not the rendezvous.
 //
 //   rdzv_harness --nodes N --endpoint HOST:PORT [--run-id ID] [--min N] [--last-call S]
+//                [--etcd]
+//
+// --etcd: the endpoint is an etcd member list (as --rdzv-backend=etcd takes it), and every node
+// has two EtcdStore clients instead of two ddprun store connections.
 //
 // Prints one line: "nodes N formed_ms T median_ms M" where T is the time from the start
 // until the last node has its rank (connections included), then makes the job finish
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "agent/rendezvous/c10d_store.hpp"
+#include "agent/rendezvous/etcd_store.hpp"
 #include "agent/rendezvous/prefix_store.hpp"
 #include "agent/rendezvous/round_protocol.hpp"
 
@@ -43,12 +48,27 @@ struct Run {
   const agent::RendezvousSettings& s;
   std::string host;
   uint16_t port;
+  std::string etcd;  // member list, or empty: a ddprun store
   Clock::time_point start;
   std::vector<double> formed_ms;
   int failures = 0;
+  bool etcd_watcher_next = false;  // open_store alternates: main, watcher
 };
 
 asio::awaitable<std::unique_ptr<agent::RendezvousStore>> open_store(Run& run) {
+  const std::string prefix = "/ddprun/" + run.s.run_id + "/";
+  if (!run.etcd.empty()) {
+    agent::EtcdStoreOptions eo;
+    eo.client.endpoints = etcd::parse_endpoints(run.etcd);
+    eo.job_prefix = prefix;
+    eo.op_timeout = std::chrono::seconds(120);
+    eo.apply_wills = !run.etcd_watcher_next;  // the main client of each node, as the agent
+    run.etcd_watcher_next = !run.etcd_watcher_next;
+    auto store = std::make_unique<agent::EtcdStore>(co_await asio::this_coro::executor, eo);
+    std::vector<std::string> probe{prefix + "round"};
+    co_await store->check(std::move(probe));  // as the agent does before it joins
+    co_return std::make_unique<agent::PrefixStore>(std::move(store), prefix);
+  }
   store::ClientOptions o;
   o.connect_timeout = std::chrono::seconds(60);
   o.timeout = std::chrono::seconds(120);
@@ -94,9 +114,23 @@ int main(int argc, char** argv) {
   double last_call = 30;
   std::string host, run_id = "bench";
   int port = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--nodes") {
+  std::vector<std::string> args;
+  bool use_etcd = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--etcd") == 0) {
+      use_etcd = true;  // the one flag without a value
+    } else {
+      args.emplace_back(argv[i]);
+    }
+  }
+  std::string etcd_endpoints;
+  for (size_t i = 0; i + 1 < args.size(); i += 2) {
+    const std::string& flag = args[i];
+    const std::string& value = args[i + 1];
+    if (flag == "--endpoint" && use_etcd) {
+      etcd_endpoints = value;
+      host = value;
+    } else if (flag == "--nodes") {
       nodes = std::stoi(value);
     } else if (flag == "--min") {
       min_nodes = std::stoi(value);
@@ -104,7 +138,7 @@ int main(int argc, char** argv) {
       last_call = std::stod(value);
     } else if (flag == "--run-id") {
       run_id = value;
-    } else if (flag == "--endpoint") {
+    } else if (flag == "--endpoint" && !use_etcd) {
       auto colon = value.rfind(':');
       if (colon == std::string::npos) usage("--endpoint needs HOST:PORT");
       host = value.substr(0, colon);
@@ -129,7 +163,7 @@ int main(int argc, char** argv) {
   s.read_timeout = std::chrono::seconds(120);
 
   asio::io_context io(1);
-  Run run{s, host, static_cast<uint16_t>(port), Clock::now(),
+  Run run{s, host, static_cast<uint16_t>(port), etcd_endpoints, Clock::now(),
           std::vector<double>(static_cast<size_t>(nodes), -1)};
   for (int i = 0; i < nodes; ++i) asio::co_spawn(io, node(run, i), asio::detached);
   io.run();
