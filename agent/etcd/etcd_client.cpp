@@ -349,6 +349,19 @@ class Connection {
   beast::flat_buffer buf_;
 };
 
+// What one failed attempt on one member says: the text for the failover, or (thrown) the end
+// of the request: close() was called, or TLS failed (a certificate that does not verify, or
+// TLS 1.3's "certificate required" after the handshake: every member would say the same).
+std::string attempt_failure(const boost::system::system_error& e, Connection* conn,
+                            bool closed) {
+  if (closed) throw EtcdError(Kind::kClosed, "etcd client closed");
+  if (conn && is_tls_failure(e.code())) {
+    throw EtcdError(Kind::kTls, "TLS with etcd at " + conn->name() + " failed: " +
+                                    conn->tls_failure(e.code()));
+  }
+  return e.code() == beast::error::timeout ? "no answer in time" : e.code().message();
+}
+
 std::unique_ptr<ssl::context> make_tls_context(const Options& o) {
   if (!o.tls) return nullptr;
   auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
@@ -508,15 +521,7 @@ class EtcdClient::Impl : public std::enable_shared_from_this<EtcdClient::Impl> {
       try {
         if (!conn_) {
           conn_ = std::make_unique<Connection>(ex_, o_, members_.current(), ctx_.get(), used);
-          try {
-            co_await conn_->open(attempt);
-          } catch (const boost::system::system_error& e) {
-            if (!closed_ && is_tls_failure(e.code())) {
-              throw EtcdError(Kind::kTls, "TLS with etcd at " + conn_->name() + " failed: " +
-                                              conn_->tls_failure(e.code()));
-            }
-            throw;
-          }
+          co_await conn_->open(attempt);
         }
         conn_->lowest().expires_at(attempt);
         auto req = conn_->request(path, body);
@@ -548,14 +553,7 @@ class EtcdClient::Impl : public std::enable_shared_from_this<EtcdClient::Impl> {
       } catch (const EtcdError&) {
         throw;
       } catch (const boost::system::system_error& e) {
-        if (closed_) throw EtcdError(Kind::kClosed, "etcd client closed");
-        if (is_tls_failure(e.code())) {
-          // e.g. TLS 1.3's "certificate required": the member refused this client after the
-          // handshake. Every member would.
-          throw EtcdError(Kind::kTls, "TLS with etcd at " + conn_->name() + " failed: " +
-                                          conn_->tls_failure(e.code()));
-        }
-        failure = e.code() == beast::error::timeout ? "no answer in time" : e.code().message();
+        failure = attempt_failure(e, conn_.get(), closed_);
       } catch (const json::exception& e) {
         failure = std::string("malformed reply: ") + e.what();
       } catch (const std::invalid_argument& e) {
@@ -695,15 +693,7 @@ class EtcdWatch::Impl : public std::enable_shared_from_this<EtcdWatch::Impl> {
       std::string failure;
       try {
         conn_ = std::make_unique<Connection>(ex_, o_, members_.current(), ctx_.get(), used);
-        try {
-          co_await conn_->open(attempt);
-        } catch (const boost::system::system_error& e) {
-          if (!closed_ && is_tls_failure(e.code())) {
-            throw EtcdError(Kind::kTls, "TLS with etcd at " + conn_->name() + " failed: " +
-                                            conn_->tls_failure(e.code()));
-          }
-          throw;
-        }
+        co_await conn_->open(attempt);
         conn_->lowest().expires_at(attempt);
         auto req = conn_->request("/v3/watch", body);
         // A watch on a member cut off from its leader would wait for events that never come:
@@ -723,12 +713,7 @@ class EtcdWatch::Impl : public std::enable_shared_from_this<EtcdWatch::Impl> {
       } catch (const EtcdError&) {
         throw;
       } catch (const boost::system::system_error& e) {
-        if (closed_) throw EtcdError(Kind::kClosed, "etcd watch closed");
-        if (is_tls_failure(e.code()) && conn_) {
-          throw EtcdError(Kind::kTls, "TLS with etcd at " + conn_->name() + " failed: " +
-                                          conn_->tls_failure(e.code()));
-        }
-        failure = e.code() == beast::error::timeout ? "no answer in time" : e.code().message();
+        failure = attempt_failure(e, conn_.get(), closed_);
       }
       drop();
       co_await members_.failed(failure, deadline, used);

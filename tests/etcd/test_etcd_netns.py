@@ -10,77 +10,10 @@ import subprocess
 import pytest
 
 from etcd_cluster import EtcdCluster
+from netns_hosts import Hosts, ip, netns_unavailable  # noqa: F401
 from etcd_helpers import (Cluster, all_dead, clean_env, etcd_flags, formed_re, gloo_loop,
                           pid_alive, records, seconds_until_gone, wait_running, wait_until,
                           worker)
-
-
-def ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-class Hosts:
-    """N namespaces on one bridge: host i is 10.214.<k>.<i+1>/24; the root namespace is .254
-    on the bridge itself (etcd's address)."""
-
-    def __init__(self, n):
-        tag = f"{os.getpid() % 100000}"
-        self.subnet = f"10.214.{os.getpid() % 250}"
-        self.bridge = f"ddpeb{tag}"
-        self.names = [f"ddpen{tag}_{i}" for i in range(n)]
-        self.veths = [f"ddpev{tag}_{i}" for i in range(n)]
-        self.root_addr = f"{self.subnet}.254"
-        try:
-            ip("link", "add", self.bridge, "type", "bridge")
-            ip("addr", "add", f"{self.root_addr}/24", "dev", self.bridge)
-            ip("link", "set", self.bridge, "up")
-            for i, (ns, veth) in enumerate(zip(self.names, self.veths)):
-                ip("netns", "add", ns)
-                ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-                ip("link", "set", veth, "master", self.bridge)
-                ip("link", "set", veth, "up")
-                ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
-                ip("-n", ns, "link", "set", "eth0", "up")
-                ip("-n", ns, "link", "set", "lo", "up")
-        except BaseException:
-            self.close()
-            raise
-
-    def addr(self, i):
-        return f"{self.subnet}.{i + 1}"
-
-    def cut(self, i):
-        """Host i vanishes: its link drops every packet, nothing is closed."""
-        ip("link", "set", self.veths[i], "down")
-
-    def restore(self, i):
-        ip("link", "set", self.veths[i], "up")
-
-    def close(self):
-        for ns in self.names:
-            for pid in ip("netns", "pids", ns, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
-            ip("netns", "del", ns, check=False)
-        for veth in self.veths:
-            ip("link", "del", veth, check=False)
-        ip("link", "del", self.bridge, check=False)
-
-
-def netns_unavailable():
-    if os.geteuid() != 0:
-        return "needs root for ip netns"
-    probe = f"ddpeprobe{os.getpid()}"
-    try:
-        r = ip("netns", "add", probe, check=False)
-    except FileNotFoundError:
-        return "the ip command (iproute2) is not installed"
-    if r.returncode != 0:
-        return f"ip netns does not work here: {r.stderr.strip()}"
-    ip("netns", "del", probe, check=False)
-    return None
 
 
 UNAVAILABLE = netns_unavailable()
@@ -93,7 +26,7 @@ def net(tmp_path, ddprun):
     made = []
 
     def make(n):
-        h = Hosts(n)
+        h = Hosts(n, prefix="ddpe", net=214, root_addr=True)
         made.append(h)
         e = EtcdCluster(tmp_path, host=h.root_addr)
         made.append(e)

@@ -227,26 +227,12 @@ def test_open_store_beyond_loopback_warns(ddpstore):
 
 # Nodes as separate hosts (network namespaces): a torch TCPStore client on a third host that
 # is not a member of the round is refused by the workers' store.
-def netns_unavailable():
-    if os.geteuid() != 0:
-        return "needs root for ip netns"
-    probe = f"ddpauth{os.getpid()}"
-    try:
-        r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    except FileNotFoundError:
-        return "the ip command (iproute2) is not installed"
-    if r.returncode != 0:
-        return f"ip netns does not work here: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
+from netns_hosts import Hosts, netns_unavailable  # noqa: E402
 @pytest.fixture
 def hosts():
     reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
-    from test_netns import Hosts
     h = Hosts(3)
     yield h
     h.close()

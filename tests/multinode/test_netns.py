@@ -11,67 +11,9 @@ import subprocess
 
 import pytest
 
+from netns_hosts import Hosts, ip, netns_unavailable  # noqa: F401
 from mn_helpers import (EXAMPLES, Cluster, all_dead, c10d_flags, clean_env, free_port, records,
                         wait_until, worker)
-
-
-def ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-class Hosts:
-    """N namespaces on one bridge: host i has address 10.213.<k>.<i+1>/24."""
-
-    def __init__(self, n):
-        self.tag = f"{os.getpid() % 100000}"
-        self.bridge = f"ddpb{self.tag}"
-        self.subnet = f"10.213.{os.getpid() % 250}"
-        self.names = [f"ddpn{self.tag}_{i}" for i in range(n)]
-        self.veths = [f"ddpv{self.tag}_{i}" for i in range(n)]
-        ip("link", "add", self.bridge, "type", "bridge")
-        ip("link", "set", self.bridge, "up")
-        for i, (ns, veth) in enumerate(zip(self.names, self.veths)):
-            ip("netns", "add", ns)
-            ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            ip("link", "set", veth, "master", self.bridge)
-            ip("link", "set", veth, "up")
-            ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-
-    def addr(self, i):
-        return f"{self.subnet}.{i + 1}"
-
-    def cut(self, i):
-        """Host i vanishes from the network: its link drops every packet, nothing is closed."""
-        ip("link", "set", self.veths[i], "down")
-
-    def close(self):
-        for ns in self.names:
-            pids = ip("netns", "pids", ns, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
-            ip("netns", "del", ns, check=False)
-        for veth in self.veths:
-            ip("link", "del", veth, check=False)
-        ip("link", "del", self.bridge, check=False)
-
-
-def netns_unavailable():
-    if os.geteuid() != 0:
-        return "needs root for ip netns"
-    probe = f"ddpprobe{os.getpid()}"
-    try:
-        r = ip("netns", "add", probe, check=False)
-    except FileNotFoundError:
-        return "the ip command (iproute2) is not installed"
-    if r.returncode != 0:
-        return f"ip netns does not work here: {r.stderr.strip()}"
-    ip("netns", "del", probe, check=False)
-    return None
 
 
 UNAVAILABLE = netns_unavailable()

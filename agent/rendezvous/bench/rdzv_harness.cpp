@@ -53,6 +53,7 @@ struct Run {
   std::vector<double> formed_ms;
   int failures = 0;
   bool etcd_watcher_next = false;  // open_store alternates: main, watcher
+  asio::io_context* io = nullptr;  // stopped at the first failure: the others would wait on
 };
 
 asio::awaitable<std::unique_ptr<agent::RendezvousStore>> open_store(Run& run) {
@@ -104,6 +105,7 @@ asio::awaitable<void> node(Run& run, int i) {
     watcher->close();
   } catch (const std::exception& e) {
     if (run.failures++ < 5) std::fprintf(stderr, "rdzv_harness: node %d: %s\n", i, e.what());
+    run.io->stop();  // the job cannot finish without this node
   }
 }
 
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   asio::io_context io(1);
   Run run{s, host, static_cast<uint16_t>(port), etcd_endpoints, Clock::now(),
           std::vector<double>(static_cast<size_t>(nodes), -1)};
+  run.io = &io;
   for (int i = 0; i < nodes; ++i) asio::co_spawn(io, node(run, i), asio::detached);
   io.run();
   if (run.failures > 0) {
