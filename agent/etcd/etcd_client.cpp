@@ -499,10 +499,30 @@ bool auth_failure(unsigned status, const ErrorReply& e) {
 // ---------------------------------------------------------------------------------------------
 // EtcdClient
 
-class EtcdClient::Impl : public std::enable_shared_from_this<EtcdClient::Impl> {
- public:
-  Impl(asio::any_io_executor ex, Options o)
+// What a client and a watch both hold: the options, the TLS context, the failover state and
+// the connection to the current member.
+struct MemberLink {
+  MemberLink(asio::any_io_executor ex, Options o)
       : ex_(std::move(ex)), o_(std::move(o)), ctx_(make_tls_context(o_)), members_(ex_, o_) {}
+
+  void close() {
+    closed_ = true;
+    members_.cancel();
+    if (conn_) conn_->close();
+  }
+
+  asio::any_io_executor ex_;
+  Options o_;
+  std::unique_ptr<ssl::context> ctx_;
+  Members members_;
+  std::unique_ptr<Connection> conn_;
+  bool closed_ = false;
+};
+
+class EtcdClient::Impl : public MemberLink,
+                         public std::enable_shared_from_this<EtcdClient::Impl> {
+ public:
+  using MemberLink::MemberLink;
 
   asio::awaitable<json> call(std::string path, std::string body, Deadline deadline) {
     auto self = shared_from_this();
@@ -567,18 +587,6 @@ class EtcdClient::Impl : public std::enable_shared_from_this<EtcdClient::Impl> {
     }
   }
 
-  void close() {
-    closed_ = true;
-    members_.cancel();
-    if (conn_) conn_->close();
-  }
-
-  asio::any_io_executor ex_;
-  Options o_;
-  std::unique_ptr<ssl::context> ctx_;
-  Members members_;
-  std::unique_ptr<Connection> conn_;
-  bool closed_ = false;
 };
 
 EtcdClient::EtcdClient(asio::any_io_executor executor, Options options)
@@ -672,10 +680,10 @@ asio::awaitable<void> EtcdClient::lease_revoke(int64_t id, Deadline deadline) {
 // ---------------------------------------------------------------------------------------------
 // EtcdWatch
 
-class EtcdWatch::Impl : public std::enable_shared_from_this<EtcdWatch::Impl> {
+class EtcdWatch::Impl : public MemberLink,
+                        public std::enable_shared_from_this<EtcdWatch::Impl> {
  public:
-  Impl(asio::any_io_executor ex, Options o)
-      : ex_(std::move(ex)), o_(std::move(o)), ctx_(make_tls_context(o_)), members_(ex_, o_) {}
+  using MemberLink::MemberLink;
 
   asio::awaitable<void> start(std::string key, std::string range_end, int64_t start_revision,
                               Deadline deadline) {
@@ -816,20 +824,8 @@ class EtcdWatch::Impl : public std::enable_shared_from_this<EtcdWatch::Impl> {
     pending_.clear();
   }
 
-  void close() {
-    closed_ = true;
-    members_.cancel();
-    if (conn_) conn_->close();
-  }
-
-  asio::any_io_executor ex_;
-  Options o_;
-  std::unique_ptr<ssl::context> ctx_;
-  Members members_;
-  std::unique_ptr<Connection> conn_;
   std::optional<http::response_parser<http::buffer_body>> parser_;
   std::string pending_;
-  bool closed_ = false;
 };
 
 EtcdWatch::EtcdWatch(asio::any_io_executor executor, Options options)
