@@ -431,8 +431,7 @@ class Members {
     }
   }
 
-  std::string unavailable(Deadline started_with_deadline) const {
-    (void)started_with_deadline;
+  std::string unavailable() const {
     std::string hint;
     if (!o_.tls && last_error_.find("end of stream") != std::string::npos) {
       hint = " (if etcd serves TLS: --rdzv-conf protocol=https,cacert=PATH)";
@@ -529,7 +528,7 @@ class EtcdClient::Impl : public MemberLink,
     for (;;) {
       if (closed_) throw EtcdError(Kind::kClosed, "etcd client closed");
       const auto now = Clock::now();
-      if (now >= deadline) throw EtcdError(Kind::kUnavailable, members_.unavailable(deadline));
+      if (now >= deadline) throw EtcdError(Kind::kUnavailable, members_.unavailable());
       const Deadline attempt = std::min(deadline, now + o_.attempt_timeout);
       // Another client of the same cursor moved on from this connection's member: follow.
       if (conn_ && conn_->index() != members_.index()) {
@@ -595,8 +594,6 @@ EtcdClient::EtcdClient(asio::any_io_executor executor, Options options)
 EtcdClient::~EtcdClient() { impl_->close(); }
 
 void EtcdClient::close() { impl_->close(); }
-bool EtcdClient::closed() const { return impl_->closed_; }
-const Options& EtcdClient::options() const { return impl_->o_; }
 
 asio::awaitable<RangeResult> EtcdClient::range(std::string key, std::string range_end,
                                                Deadline deadline, RangeOptions options) {
@@ -695,7 +692,7 @@ class EtcdWatch::Impl : public MemberLink,
       drop();
       if (closed_) throw EtcdError(Kind::kClosed, "etcd watch closed");
       const auto now = Clock::now();
-      if (now >= deadline) throw EtcdError(Kind::kUnavailable, members_.unavailable(deadline));
+      if (now >= deadline) throw EtcdError(Kind::kUnavailable, members_.unavailable());
       const Deadline attempt = std::min(deadline, now + o_.attempt_timeout);
       const size_t used = members_.index();
       std::string failure;

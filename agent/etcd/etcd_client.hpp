@@ -151,8 +151,6 @@ class EtcdClient {
 
   // Ends a request in progress (kClosed) and every later one.
   void close();
-  bool closed() const;
-  const Options& options() const;
 
   class Impl;
 

@@ -54,6 +54,12 @@ int64_t decimal(const std::string& key, const std::string& text) {
   return v;
 }
 
+// compare_set's condition: "" = the key is absent (its create revision is 0), else its value.
+Compare cas_compare(const std::string& key, const std::string& expected) {
+  return expected.empty() ? Compare{Compare::Target::kCreate, key, 0, {}}
+                          : Compare{Compare::Target::kValue, key, 0, expected};
+}
+
 std::string hex(int64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
@@ -147,6 +153,13 @@ void EtcdStore::abandon() {
 
 namespace {
 
+// A fresh lease of the store's TTL, through `client`, made this client's (and the guardian's).
+asio::awaitable<void> new_lease(EtcdStore::State& st, etcd::EtcdClient& client) {
+  const auto secs = std::chrono::ceil<std::chrono::seconds>(st.opts.lease_ttl).count();
+  st.lease = co_await client.lease_grant(std::max<int64_t>(secs, 1), st.op_deadline());
+  if (st.opts.on_lease) st.opts.on_lease(st.lease);
+}
+
 // Keeps the lease alive every keep_alive_every until the store closes; replaces a lease that
 // expired anyway (etcd unreachable for longer than its TTL) and writes the will again.
 asio::awaitable<void> keep_lease(std::shared_ptr<EtcdStore::State> st) {
@@ -165,14 +178,10 @@ asio::awaitable<void> keep_lease(std::shared_ptr<EtcdStore::State> st) {
       sys::log_line("etcd lease " + hex(st->lease) +
                     " expired (etcd was unreachable for longer than its TTL): the other nodes "
                     "see this node as gone; taking a new lease");
-      const auto secs = std::chrono::ceil<std::chrono::seconds>(st->opts.lease_ttl).count();
-      const int64_t lease = co_await st->keeper.lease_grant(std::max<int64_t>(secs, 1),
-                                                            Clock::now() + st->opts.op_timeout);
-      st->lease = lease;
+      co_await new_lease(*st, st->keeper);
       kept = Clock::now();
-      if (st->opts.on_lease) st->opts.on_lease(lease);
       if (!st->will_value.empty()) {
-        std::vector<Op> put{{Op::Kind::kPut, st->will_key(), st->will_value, lease}};
+        std::vector<Op> put{{Op::Kind::kPut, st->will_key(), st->will_value, st->lease}};
         co_await st->keeper.txn({}, std::move(put), {}, Clock::now() + st->opts.op_timeout);
       }
     } catch (const EtcdError& e) {
@@ -245,9 +254,7 @@ asio::awaitable<std::string> EtcdStore::compare_set(std::string key, std::string
                                                     std::string desired) {
   auto st = st_;
   try {
-    Compare c = expected.empty() ? Compare{Compare::Target::kCreate, key, 0, {}}
-                                 : Compare{Compare::Target::kValue, key, 0, expected};
-    std::vector<Compare> cmp{std::move(c)};
+    std::vector<Compare> cmp{cas_compare(key, expected)};
     std::vector<Op> ok{{Op::Kind::kPut, key, desired, 0}};
     std::vector<Op> no{{Op::Kind::kRange, key, {}, 0}};
     etcd::TxnResult r = co_await st->client.txn(std::move(cmp), std::move(ok), std::move(no),
@@ -297,12 +304,10 @@ asio::awaitable<void> apply_will(EtcdStore::State& st, const std::string& will) 
     key = etcd::base64_decode(j.at("k").get<std::string>());
     expected = etcd::base64_decode(j.at("e").get<std::string>());
     desired = etcd::base64_decode(j.at("d").get<std::string>());
-  } catch (const std::exception& e) {
+  } catch (const std::exception&) {
     co_return;  // not one of ours
   }
-  Compare c = expected.empty() ? Compare{Compare::Target::kCreate, key, 0, {}}
-                               : Compare{Compare::Target::kValue, key, 0, expected};
-  std::vector<Compare> cmp{std::move(c)};
+  std::vector<Compare> cmp{cas_compare(key, expected)};
   std::vector<Op> ok{{Op::Kind::kPut, key, desired, 0}};
   co_await st.will_client.txn(std::move(cmp), std::move(ok), {}, st.op_deadline());
 }
@@ -408,9 +413,7 @@ asio::awaitable<void> EtcdStore::set_will(std::string key, std::string expected,
   auto st = st_;
   try {
     if (st->lease == 0) {
-      const auto secs = std::chrono::ceil<std::chrono::seconds>(st->opts.lease_ttl).count();
-      st->lease = co_await st->client.lease_grant(std::max<int64_t>(secs, 1), st->op_deadline());
-      if (st->opts.on_lease) st->opts.on_lease(st->lease);
+      co_await new_lease(*st, st->client);
       st->keeping = true;
       asio::co_spawn(st->executor, keep_lease(st), asio::detached);
     }
@@ -420,7 +423,6 @@ asio::awaitable<void> EtcdStore::set_will(std::string key, std::string expected,
                                                   {"d", etcd::base64_encode(desired)}}
                                        .dump();
     for (int attempt = 0;; ++attempt) {
-      std::string gone;
       try {
         std::vector<Op> put{{Op::Kind::kPut, st->will_key(), st->will_value, st->lease}};
         etcd::TxnResult r = co_await st->client.txn({}, std::move(put), {}, st->op_deadline());
@@ -431,15 +433,12 @@ asio::awaitable<void> EtcdStore::set_will(std::string key, std::string expected,
             std::string(e.what()).find("lease not found") == std::string::npos) {
           throw;
         }
-        gone = e.what();
       }
       // The lease expired while this node was cut off from etcd (the keep-alive may not have
       // noticed yet): the others have seen this node go; it comes back with a new lease.
       sys::log_line("etcd lease " + hex(st->lease) + " expired (this node was cut off from etcd "
                     "for longer than its TTL): taking a new lease");
-      const auto secs = std::chrono::ceil<std::chrono::seconds>(st->opts.lease_ttl).count();
-      st->lease = co_await st->client.lease_grant(std::max<int64_t>(secs, 1), st->op_deadline());
-      if (st->opts.on_lease) st->opts.on_lease(st->lease);
+      co_await new_lease(*st, st->client);
     }
   } catch (const EtcdError& e) {
     throw store_error(e);
