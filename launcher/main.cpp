@@ -20,6 +20,7 @@
 #include "launcher/launch_plan.hpp"
 #include "launcher/usage.hpp"
 #include "store/sys/fd.hpp"
+#include "store/sys/fd_limit.hpp"
 #include "store/sys/log.hpp"
 
 extern char** environ;
@@ -55,6 +56,9 @@ std::optional<std::string> get_env(const std::string& name) {
 
 int main(int argc, char** argv) {
   ensure_standard_fds();
+  // Node rank 0's agent hosts the workers' store: one descriptor per worker of the job.
+  // Workers get the limit they would have had (child_process.cpp).
+  sys::raise_fd_limit();
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::LaunchPlan plan;
   try {

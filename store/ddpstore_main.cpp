@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "store/server.hpp"
+#include "store/sys/fd_limit.hpp"
 #include "store/sys/net.hpp"
 #include "store/sys/token_file.hpp"
 
@@ -115,21 +116,12 @@ ServerOptions parse_args(int argc, char** argv) {
   return opts;
 }
 
-// Each client holds one or two descriptors; use all the hard limit allows.
-void raise_fd_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   ServerOptions opts = parse_args(argc, argv);
   std::signal(SIGPIPE, SIG_IGN);
-  raise_fd_limit();
+  ddprun::sys::raise_fd_limit();  // each client holds a descriptor
   boost::asio::io_context io(1);
   std::optional<ddprun::store::Server> server;
   try {

@@ -12,6 +12,7 @@
 
 #include "store/connection.hpp"
 #include "store/sys/acceptor.hpp"
+#include "store/sys/fd_limit.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
 
@@ -62,9 +63,10 @@ asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
     }
     if (!sys::out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
     if (!reported) {
-      sys::log_line(
-          core->options.log_prefix,
-          "accept failed: " + ec.message() + "; new connections wait until descriptors free up");
+      sys::log_line(core->options.log_prefix,
+                    "accept failed: " + sys::accept_failure_text(ec) +
+                        "; new connections wait in the backlog until descriptors free up "
+                        "(logged once until an accept succeeds)");
       reported = true;
     }
     // The pending connection stays in the backlog: back off instead of spinning on it.

@@ -10,6 +10,7 @@
 
 #include "agent/health/http_connection.hpp"
 #include "store/sys/acceptor.hpp"
+#include "store/sys/fd_limit.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
 
@@ -63,7 +64,8 @@ asio::awaitable<void> accept_loop(std::shared_ptr<Core> core) {
     }
     if (!sys::out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
     core->log_once(&core->logged_accept_error,
-                   "health server on " + core->endpoint + ": accept failed: " + ec.message() +
+                   "health server on " + core->endpoint +
+                       ": accept failed: " + sys::accept_failure_text(ec) +
                        "; new connections wait until descriptors free up (logged once)");
     // The pending connection stays in the backlog: back off instead of spinning on it.
     core->retry_timer.expires_after(std::chrono::milliseconds(50));

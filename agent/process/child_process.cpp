@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "store/sys/fd.hpp"
+#include "store/sys/fd_limit.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -57,6 +58,7 @@ void close_from(int first) {
   // Keep the error pipe (close-on-exec) just above stderr, close everything else.
   if (::dup3(g_exec_error_fd, 3, O_CLOEXEC) == 3) g_exec_error_fd = 3;
   close_from(g_exec_error_fd == 3 ? 4 : 3);
+  sys::restore_fd_limit_in_child();  // the agent's store raised it for itself, not for workers
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
   ::execve(req.path, req.argv, req.envp);
   child_fail("execve", req.path);

@@ -1,9 +1,12 @@
 // store_loadgen: drives a TCPStore server (ours or torch's) with one scenario and prints one
 // "result key=value ..." line. tests/bench/store runs it against both servers.
 //
-//   store_loadgen --port P --scenario setget|hotadd|waitall|idle [--conns N] [--seconds S]
-//                 [--dialect 1|2] [--threads T] [--idle N] [--server-pid PID]
-//                 [--host 127.0.0.1]
+//   store_loadgen --port P --scenario setget|hotadd|waitall|idle|storm [--conns N]
+//                 [--seconds S] [--dialect 1|2] [--threads T] [--idle N] [--server-pid PID]
+//                 [--host 127.0.0.1] [--drops 0|1] [--tag T] [--sources N]
+//
+// storm: the init storm of --conns ranks (storm.hpp); with --server-pid it also reports the
+// server's CPU seconds, its RSS before and after, and its peak RSS (VmHWM).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,10 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "store/bench/load_conn.hpp"
+#include "store/bench/storm.hpp"
 #include "store/wire.hpp"
 
 namespace ddprun::store::bench {
@@ -30,6 +36,9 @@ struct Options {
   long server_pid = 0;
   size_t threads = 1;  // setget/hotadd: connections are split over this many epoll loops
   size_t idle = 0;     // setget: extra connections held open (and never used) meanwhile
+  bool drops = false;  // storm: a tenth of the clients vanish mid-handshake and mid-WAIT
+  std::string tag = "0";
+  size_t sources = 1;  // storm: source addresses 127.0.0.1.. (beyond 28k ports per source)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -59,6 +68,12 @@ Options parse(int argc, char** argv) {
       o.threads = std::max<size_t>(1, std::stoul(value));
     else if (flag == "--idle")
       o.idle = std::stoul(value);
+    else if (flag == "--drops")
+      o.drops = value == "1";
+    else if (flag == "--tag")
+      o.tag = value;
+    else if (flag == "--sources")
+      o.sources = std::max<size_t>(1, std::stoul(value));
     else
       usage("unknown option " + flag);
   }
@@ -66,13 +81,33 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-long vm_rss_kb(long pid) {
+long proc_status_kb(long pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind(field, 0) == 0) return std::stol(line.substr(field.size()));
   }
   return -1;
+}
+
+long vm_rss_kb(long pid) {
+  return proc_status_kb(pid, "VmRSS:");
+}
+
+// utime + stime of a process, in seconds.
+double cpu_seconds(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 size_t failures(const std::vector<Conn>& conns) {
@@ -254,6 +289,38 @@ void run_idle(const Options& o, const Frames& f) {
   print(o, m, failures(conns));
 }
 
+// The init storm: every rank at once (storm.hpp).
+void run_storm_scenario(const Options& o) {
+  StormOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.clients = o.conns;
+  so.threads = o.threads;
+  so.dialect = o.dialect;
+  so.drops = o.drops;
+  so.tag = o.tag;
+  so.source_addresses = o.sources;
+  const long rss_before = o.server_pid > 0 ? vm_rss_kb(o.server_pid) : -1;
+  const double cpu_before = o.server_pid > 0 ? cpu_seconds(o.server_pid) : 0;
+  StormResult r = run_storm(so);
+  const double cpu_after = o.server_pid > 0 ? cpu_seconds(o.server_pid) : 0;
+  // The clients are closed by now; give the server a moment to see every close.
+  long rss_after = -1, peak = -1;
+  if (o.server_pid > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    rss_after = vm_rss_kb(o.server_pid);
+    peak = proc_status_kb(o.server_pid, "VmHWM:");
+  }
+  char m[400];
+  std::snprintf(m, sizeof m,
+                "ranks=%zu completed=%zu failed=%zu resets=%zu dropped=%zu seconds=%.3f "
+                "connect_s=%.3f server_cpu_s=%.3f rss_before_kb=%ld rss_after_kb=%ld "
+                "peak_rss_kb=%ld",
+                r.ranks, r.completed, r.failed, r.resets, r.dropped, r.seconds, r.connect_s,
+                cpu_after - cpu_before, rss_before, rss_after, peak);
+  print(o, m, r.failed);
+}
+
 }  // namespace
 }  // namespace ddprun::store::bench
 
@@ -274,6 +341,8 @@ int main(int argc, char** argv) {
     run_waitall(o, f);
   else if (o.scenario == "idle")
     run_idle(o, f);
+  else if (o.scenario == "storm")
+    run_storm_scenario(o);
   else
     usage("unknown scenario " + o.scenario);
   return 0;
