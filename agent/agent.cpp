@@ -121,6 +121,9 @@ asio::awaitable<std::optional<Observed>> Agent::Impl::rendezvous_phase() {
   const bool first = !pctx_;
   RendezvousInfo info;
   const auto began = Clock::now();
+  // A signal that came while the previous round's workers were being stopped (a re-form or a
+  // restart) found no rendezvous to interrupt: honour it before waiting for a new round.
+  if (signal_) co_return Observed{Event::kSignal, false, {}};
   try {
     in_rendezvous_ = true;
     info = co_await rdzv_->next_rendezvous(spec_.local_world_size);

@@ -8,6 +8,7 @@
 
 #include "agent/failure.hpp"
 #include "launcher/flags.hpp"
+#include "launcher/scheduler_env.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -250,6 +251,7 @@ void apply_value(LaunchConfig& c, const std::string& name, const RawValue& v) {
   if (apply_rendezvous_value(c, name, v)) return;
   if (apply_worker_value(c, name, v)) return;
   if (apply_health_value(c, name, v)) return;
+  if (apply_fanout_value(c.fanout, name, v.value, v.source)) return;
   apply_log_value(c, name, v);
 }
 
@@ -268,6 +270,8 @@ void apply_switch(LaunchConfig& c, const std::string& name, bool on) {
     c.no_python = on;
   else if (name == "run_path")
     c.run_path = on;
+  else if (name == "stop_on_stdin_eof")
+    c.fanout.stop_on_stdin_eof = on;
 }
 
 // What the command line and PET_* said, by canonical flag name: the command line's last value
@@ -343,13 +347,30 @@ void read_pet_defaults(const GetEnv& getenv, RawFlags& raw) {
     if (raw.values.count(name) || raw.switches.count(name)) continue;
     const std::string var = pet_variable(name);
     auto env = getenv(var);
-    if (!env || env->empty()) continue;
+    if (!env || (env->empty() && f.takes_value)) continue;
     if (f.takes_value) {
       raw.values[name] = RawValue{*env, var};
     } else {
-      raw.switches[name] = pet_bool(var, *env);
+      // Set but empty switches it on: Kubeflow's PyTorchJob says standalone: true with
+      // PET_STANDALONE="" (torchrun itself fails on int("")).
+      raw.switches[name] = env->empty() || pet_bool(var, *env);
     }
   }
+}
+
+// What a batch scheduler implies (scheduler_env.hpp), for the flags neither the command line
+// nor PET_* set; its one-line summary becomes a notice.
+void read_scheduler_defaults(const GetEnv& getenv, RawFlags& raw, LaunchConfig& c) {
+  std::set<std::string> given;
+  for (const auto& [name, v] : raw.values) given.insert(name);
+  auto backend = raw.values.find("rdzv_backend");
+  auto standalone = raw.switches.find("standalone");
+  SchedulerFlags d = derive_scheduler_flags(
+      getenv, given, backend == raw.values.end() ? "static" : backend->second.value,
+      standalone != raw.switches.end() && standalone->second);
+  if (!d.error.empty()) throw CliError(d.error);
+  for (auto& f : d.flags) raw.values[f.name] = RawValue{f.value, f.source};
+  if (!d.notice.empty()) c.notices.push_back(d.notice);
 }
 
 // Checks that involve more than one flag, made once every flag has been applied.
@@ -359,6 +380,11 @@ void check_combination(const LaunchConfig& c) {
   }
   if (c.entrypoint.empty()) {
     throw CliError("missing the entrypoint: a script.py, a -m module or a program to run");
+  }
+  if (!c.fanout.active()) {
+    for (const auto& name : c.given) {
+      if (is_fanout_flag(name)) throw CliError(dashed(name) + " needs --hosts or --hostfile");
+    }
   }
 }
 
@@ -389,6 +415,9 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const GetE
   RawFlags raw;
   read_options(args, raw, c);
   read_pet_defaults(getenv, raw);
+  if (!raw.switches.count("help") && !raw.switches.count("version")) {
+    read_scheduler_defaults(getenv, raw, c);
+  }
 
   for (const auto& [name, on] : raw.switches) {
     apply_switch(c, name, on);
@@ -398,6 +427,7 @@ LaunchConfig parse_command_line(const std::vector<std::string>& args, const GetE
   for (const auto& [name, v] : raw.values) {
     apply_value(c, name, v);
     c.given.insert(name);
+    c.given_values[name] = v.value;
   }
   if (c.signals.empty()) apply_value(c, "signals_to_handle", RawValue{c.signals_to_handle, ""});
   check_combination(c);

@@ -1,7 +1,8 @@
 // The command-line parser: torchrun's flags (both --dash-spellings and --underscore_ones,
 // "--flag=value" and "--flag value", -m, -r, -t, unambiguous prefixes as argparse allows),
-// defaults from PET_<FLAG> (booleans read as integers), and every check that can be made
-// without looking at the machine. The first non-option argument is the entrypoint; it and
+// defaults from PET_<FLAG> (booleans read as integers, set-but-empty as on; empty values
+// are unset), then from a batch scheduler's variables (scheduler_env.hpp), and every check
+// that can be made without looking at the machine. The first non-option argument is the entrypoint; it and
 // everything after it are kept verbatim for the workers.
 #pragma once
 

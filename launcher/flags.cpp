@@ -115,6 +115,37 @@ const std::vector<Flag>& flag_table() {
        "logs"},
       {"numa_binding", 0, true, "MODE", "torchrun's NUMA binding; not available yet in ddprun",
        "workers"},
+      {"hosts", 0, true, "HOST,...",
+       "start the job on these hosts over ssh, one node each, in this order (node 0 hosts the "
+       "store); the flags go to every node (README \"Several nodes over ssh\")",
+       "ssh"},
+      {"hostfile", 0, true, "FILE",
+       "like --hosts, from a file of 'HOST slots=N' lines (# comments); N workers on that host "
+       "unless --nproc-per-node is given",
+       "ssh"},
+      {"include", 0, true, "HOST[:S,...]@...",
+       "only these hosts, or only these slots of a host (its CUDA_VISIBLE_DEVICES, as many "
+       "workers)",
+       "ssh"},
+      {"exclude", 0, true, "HOST[:S,...]@...", "all hosts but these, or without these slots",
+       "ssh"},
+      {"ssh_command", 0, true, "CMD", "the ssh program and leading words (default ssh)", "ssh"},
+      {"ssh_options", 0, true, "\"OPTS\"",
+       "more words for ssh, split like a shell, before ddprun's own -o BatchMode=yes "
+       "-o ConnectTimeout=... (ssh keeps the first value of an option)",
+       "ssh"},
+      {"ssh_port", 0, true, "PORT", "ssh -p PORT", "ssh"},
+      {"ssh_connect_timeout", 0, true, "SECONDS",
+       "ssh's ConnectTimeout, also how long the reachability check waits (default 10)", "ssh"},
+      {"remote_ddprun", 0, true, "PATH",
+       "ddprun's path on the hosts (default: this ddprun's own absolute path)", "ssh"},
+      {"export", 0, true, "NAME[=VALUE],...",
+       "send these variables (their values here, or VALUE) to every node, after .ddprunenv's",
+       "ssh"},
+      {"stop_on_stdin_eof", 0, false, "",
+       "stop the job as on SIGTERM when stdin reaches EOF (what a launch over ssh gives each "
+       "node, so a lost connection stops its workers)",
+       "ssh"},
   };
   return table;
 }

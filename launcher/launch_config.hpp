@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agent/process/std_streams.hpp"
+#include "launcher/fanout/fanout_config.hpp"
 
 namespace ddprun::launcher {
 
@@ -73,6 +74,13 @@ struct LaunchConfig {
 
   // Canonical names (e.g. "rdzv_backend") of the flags given on the command line or by PET_*.
   std::set<std::string> given;
+  // Their values (value flags only), as given: what a launch over ssh forwards to the nodes.
+  std::map<std::string, std::string> given_values;
+
+  // Several nodes over ssh: --hosts/--hostfile and friends (launcher/fanout/).
+  FanoutConfig fanout;
+  // One line each for the log: what the parser derived from a scheduler's variables.
+  std::vector<std::string> notices;
 };
 
 }  // namespace ddprun::launcher

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "agent/worker_env.hpp"
@@ -11,6 +12,7 @@
 #include "launcher/entrypoint.hpp"
 #include "launcher/flags.hpp"
 #include "launcher/multinode_plan.hpp"
+#include "launcher/scheduler_env.hpp"
 #include "store/sys/net.hpp"
 #include "store/sys/random.hpp"
 
@@ -19,16 +21,28 @@ namespace {
 
 constexpr const char* kNotYet = "not implemented yet in this build: ";
 
+// CUDA devices this node may use: inside a Slurm step, no more than the step was given.
+int usable_gpu_count(const GetEnv& getenv) {
+  int gpus = cuda_device_count(getenv);
+  if (auto slurm = slurm_gpus_on_node(getenv)) gpus = std::min(gpus, *slurm);
+  return gpus;
+}
+
 int resolve_nproc(const LaunchConfig& c, const GetEnv& getenv) {
   const std::string& n = c.nproc_per_node;
   if (n == "cpu") return usable_cpu_count();
   if (n == "gpu") {
-    int gpus = cuda_device_count(getenv);
-    if (gpus == 0) throw CliError("--nproc-per-node=gpu: no CUDA GPU is visible on this machine");
+    int gpus = usable_gpu_count(getenv);
+    if (gpus == 0) {
+      throw CliError(slurm_gpus_on_node(getenv) == 0
+                         ? "--nproc-per-node=gpu: SLURM_GPUS_ON_NODE=0, the step has no GPU "
+                           "(ask for some: srun --gpus-per-node=N)"
+                         : "--nproc-per-node=gpu: no CUDA GPU is visible on this machine");
+    }
     return gpus;
   }
   if (n == "auto") {
-    int gpus = cuda_device_count(getenv);
+    int gpus = usable_gpu_count(getenv);
     return gpus > 0 ? gpus : usable_cpu_count();
   }
   if (n == "xpu") throw CliError("--nproc-per-node=xpu: Intel XPUs are not supported by ddprun");
@@ -116,6 +130,7 @@ void plan_watching(const LaunchConfig& c, const GetEnv& getenv, agent::WorkerSpe
 LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
                             std::vector<std::string> environ_strings) {
   LaunchPlan plan;
+  plan.notices = c.notices;
   if (!c.logs_specs.empty()) {
     throw CliError("--logs-specs loads a Python plugin into torchrun; ddprun has none");
   }

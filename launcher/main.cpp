@@ -17,6 +17,8 @@
 #include "agent/rendezvous/store_rendezvous.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/fanout/fanout_runner.hpp"
+#include "launcher/fanout/stdin_eof_watch.hpp"
 #include "launcher/launch_plan.hpp"
 #include "launcher/usage.hpp"
 #include "store/sys/fd.hpp"
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   sys::raise_fd_limit();
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::LaunchPlan plan;
+  std::optional<launcher::FanoutPlan> fanout;  // --hosts/--hostfile: this ddprun only launches
+  bool stop_on_stdin_eof = false;
   try {
     launcher::LaunchConfig config = launcher::parse_command_line(args, get_env);
     if (config.help) {
@@ -71,9 +75,15 @@ int main(int argc, char** argv) {
       print(STDOUT_FILENO, launcher::version_text());
       return launcher::kExitSuccess;
     }
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    plan = launcher::make_launch_plan(config, get_env, std::move(env));
+    stop_on_stdin_eof = config.fanout.stop_on_stdin_eof;
+    if (config.fanout.active()) {
+      fanout = launcher::make_fanout_plan(config, launcher::this_process_inputs(get_env));
+      fanout->notices.insert(fanout->notices.begin(), config.notices.begin(), config.notices.end());
+    } else {
+      std::vector<std::string> env;
+      for (char** e = environ; *e; ++e) env.emplace_back(*e);
+      plan = launcher::make_launch_plan(config, get_env, std::move(env));
+    }
   } catch (const launcher::CliError& e) {
     print(STDERR_FILENO, launcher::usage_line() + "ddprun: error: " + e.what() + "\n");
     return launcher::kExitUsage;
@@ -82,6 +92,7 @@ int main(int argc, char** argv) {
 
   // Console output to a closed pipe must not kill the agent (and with it the workers).
   ::signal(SIGPIPE, SIG_IGN);
+  if (fanout) return launcher::run_fanout(*fanout, get_env);
   std::unique_ptr<agent::Guardian> guardian;
   try {
     guardian = agent::Guardian::start(&etcd::revoke_now);
@@ -89,6 +100,8 @@ int main(int argc, char** argv) {
     sys::log_line(std::string("warning: no orphan guardian: ") + e.what());
   }
   boost::asio::io_context io(1);
+  std::optional<launcher::StdinEofWatch> stdin_watch;  // EOF: SIGTERM, the agent's usual path
+  if (stop_on_stdin_eof) stdin_watch.emplace(io);
   std::unique_ptr<agent::RendezvousHandler> rendezvous;
   if (plan.multi_node) {
     auto store_rendezvous = std::make_unique<agent::StoreRendezvous>(io, *plan.multi_node);

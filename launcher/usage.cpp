@@ -58,6 +58,7 @@ std::string help_text() {
       "--rdzv-backend=c10d --rdzv-endpoint=H:P --rdzv-id=JOB, the store hosted by the agent\n"
       "on H or by a separately started `ddpstore`; nodes may join and leave while the job\n"
       "runs (a lost node is noticed at once, the others re-form if MIN remain).\n"
+      "Or start every node from here over ssh: --hosts a,b,c or --hostfile FILE (below).\n"
       "\n"
       "The entrypoint: SCRIPT.py runs as `$PYTHON_EXEC -u SCRIPT.py` (python3 when PYTHON_EXEC\n"
       "is unset); -m MODULE as `python3 -u -m MODULE`; any other executable (./train, or a\n"
@@ -66,7 +67,7 @@ std::string help_text() {
   static const std::pair<std::string_view, std::string_view> groups[] = {
       {"general", "General"}, {"nodes", "Nodes and workers"}, {"rendezvous", "Rendezvous"},
       {"workers", "Workers"}, {"health", "Hangs, health and events"},
-      {"entrypoint", "Entrypoint"}, {"logs", "Logs"}};
+      {"entrypoint", "Entrypoint"}, {"logs", "Logs"}, {"ssh", "Several nodes over ssh"}};
   for (const auto& [key, title] : groups) {
     out += "\n";
     out += title;
@@ -98,6 +99,8 @@ std::string help_text() {
       "Every flag can be spelled with dashes or underscores (--nproc-per-node,\n"
       "--nproc_per_node), as --flag=value or --flag value, and defaults to the environment\n"
       "variable PET_<FLAG> (PET_NPROC_PER_NODE=4; switches read PET_STANDALONE=1).\n"
+      "Inside a Slurm step (srun), what Slurm's variables imply fills in --nnodes,\n"
+      "--node-rank, --master-addr, --master-port and --rdzv-id that neither sets.\n"
       "\n"
       "Exit status: 0 when every worker exited 0; the root-cause worker's exit code when the\n"
       "job failed (128 + N if signal N killed it, 127 if it could not be executed; torchrun\n"
