@@ -1,22 +1,18 @@
 #include "store/connection.hpp"
 
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
 
-#include "store/sys/log.hpp"
 #include "store/socket_io.hpp"
+#include "store/sys/log.hpp"
 
 namespace ddprun::store {
 namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
 // A client that sends without reading its replies is not read from while more than this is
 // waiting to be sent to it.
@@ -30,7 +26,7 @@ bool is_would_block(const boost::system::error_code& ec) {
 
 }  // namespace
 
-Connection::Connection(std::shared_ptr<detail::ServerCore> core, tcp::socket socket,
+Connection::Connection(std::shared_ptr<detail::ServerCore> core, detail::ClientSocket socket,
                        const tcp::endpoint& peer)
     : core_(std::move(core)),
       socket_(std::move(socket)),
@@ -49,7 +45,8 @@ void Connection::start() {
   socket_.non_blocking(true, ec);
   if (ec) return close();
   if (session_.authenticating()) arm_auth_deadline();
-  asio::co_spawn(socket_.get_executor(), run(shared_from_this()), asio::detached);
+  // The client may have sent its first request before the accept: read at once.
+  on_readable();
 }
 
 // A store with a token does not let a stranger hold a connection open without proving itself.
@@ -70,26 +67,52 @@ void Connection::close() {
   if (auth_timer_) auth_timer_->cancel();
 }
 
-asio::awaitable<void> Connection::run(std::shared_ptr<Connection> self) {
-  Connection& c = *self;
-  while (!c.closed_) {
-    auto [ec, n] = co_await c.socket_.async_read_some(asio::buffer(c.inbuf_), kUseTuple);
+void Connection::on_readable() {
+  size_t total = 0;
+  while (!closed_) {
+    if (session_.output().size() > kHighWater) return wait_writable();
+    boost::system::error_code ec;
+    size_t n = socket_.read_some(asio::buffer(core_->scratch.get(), core_->kScratchSize), ec);
+    if (is_would_block(ec)) return wait_readable();
     if (ec) {
-      if (ec == asio::error::eof) c.flush(false);  // a half-closed client still gets replies
+      if (ec == asio::error::eof) flush(false);  // a half-closed client still gets replies
       break;
     }
-    if (!c.consume(c.inbuf_.data(), n)) break;
-    if (n == c.inbuf_.size() && !c.drain_socket()) break;
-    c.flush(true);
-    while (!c.closed_ && c.session_.output().size() > kHighWater) {
-      auto [wait_ec] = co_await c.socket_.async_wait(tcp::socket::wait_write, kUseTuple);
-      if (wait_ec) break;
-      c.flush(false);
+    if (!consume(core_->scratch.get(), n)) break;
+    flush(true);
+    total += n;
+    if (total >= kMaxBurst) {  // others get a turn before this client's next megabyte
+      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->on_readable(); });
+      return;
     }
   }
-  if (c.session_.challenged() && !c.core_->closed) c.refuse("wrong token");  // hung up on our proof
-  c.close();
-  c.session_.fire_will();  // after close(): the will's waiters may be anywhere but here
+  finish();
+}
+
+void Connection::wait_readable() {
+  socket_.async_wait(tcp::socket::wait_read,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (ec || self->closed_) return self->finish();
+                       self->on_readable();
+                     });
+}
+
+// A client that sends without reading its replies is not read from until they drain.
+void Connection::wait_writable() {
+  socket_.async_wait(tcp::socket::wait_write,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (ec || self->closed_) return self->finish();
+                       self->flush(false);
+                       self->on_readable();  // waits again while still over the mark
+                     });
+}
+
+void Connection::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (session_.challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
+  close();
+  session_.fire_will();  // after close(): the will's waiters may be anywhere but here
 }
 
 bool Connection::consume(const char* data, size_t size) {
@@ -100,24 +123,6 @@ bool Connection::consume(const char* data, size_t size) {
     drop(std::string("internal error: ") + e.what());
   }
   return false;
-}
-
-// inbuf_ came back full: read the rest of the burst through the shared scratch buffer.
-bool Connection::drain_socket() {
-  size_t total = 0;
-  while (!closed_ && total < kMaxBurst) {
-    boost::system::error_code ec;
-    size_t n = socket_.read_some(asio::buffer(core_->scratch.get(), core_->kScratchSize), ec);
-    if (is_would_block(ec)) return true;
-    if (ec) {
-      if (ec == asio::error::eof) flush(false);
-      return false;
-    }
-    if (!consume(core_->scratch.get(), n)) return false;
-    total += n;
-    if (n < core_->kScratchSize) return true;  // most likely drained: spare a syscall
-  }
-  return !closed_;
 }
 
 void Connection::flush(bool arm) {
@@ -140,7 +145,7 @@ void Connection::on_keep_alive(int64_t interval_ms, uint32_t probes) {
   if (!socket_io::set_keep_alive(socket_.native_handle(), std::chrono::milliseconds(interval_ms),
                                  n)) {
     sys::log_line(core_->options.log_prefix,
-             "cannot enable keep-alive for " + peer() + ": " + std::strerror(errno));
+                  "cannot enable keep-alive for " + peer() + ": " + std::strerror(errno));
   }
 }
 
@@ -160,7 +165,7 @@ void Connection::drop(const std::string& reason) {
     return refuse(why, true);
   }
   sys::log_line(core_->options.log_prefix, "closing connection from " + peer() + " (" +
-                                          dialect_name(session_.dialect()) + "): " + reason);
+                                               dialect_name(session_.dialect()) + "): " + reason);
   close();
 }
 

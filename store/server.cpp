@@ -47,8 +47,9 @@ asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   bool reported = false;
   tcp::endpoint peer;
+  auto& io = static_cast<asio::io_context&>(core->acceptor.get_executor().context());
   while (!core->closed) {
-    auto [ec, socket] = co_await core->acceptor.async_accept(peer, kUseTuple);
+    auto [ec, socket] = co_await core->acceptor.async_accept(io, peer, kUseTuple);
     if (core->closed || ec == asio::error::operation_aborted) break;
     if (!ec) {
       reported = false;
@@ -107,7 +108,7 @@ bool ServerCore::allowed(const asio::ip::address& address) const {
   return false;
 }
 
-bool ServerCore::admit(tcp::socket& socket, const tcp::endpoint& peer) {
+bool ServerCore::admit(ClientSocket& socket, const tcp::endpoint& peer) {
   if (allowed(peer.address())) return true;
   refusals.refused(peer_text(peer), refusal_reason);
   boost::system::error_code ignored;

@@ -5,6 +5,7 @@
 // state they touch stays valid until the last one ends.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
@@ -22,6 +23,11 @@ class Connection;
 
 namespace ddprun::store::detail {
 
+// A client's socket: bound to the io_context's own executor type rather than
+// any_io_executor, which makes each pending operation (one per idle connection) smaller.
+using ClientSocket =
+    boost::asio::basic_stream_socket<boost::asio::ip::tcp, boost::asio::io_context::executor_type>;
+
 // "10.0.0.7:51234", "[fe80::1]:29400"; an IPv4-mapped IPv6 peer in its IPv4 form.
 std::string peer_text(const boost::asio::ip::tcp::endpoint& peer);
 
@@ -33,7 +39,7 @@ struct ServerCore {
   void remove(Connection& connection);
   void close();  // stop accepting, close every connection
   // Whether the allow-list (if any) lets `peer` in; closes and logs it when not.
-  bool admit(boost::asio::ip::tcp::socket& socket, const boost::asio::ip::tcp::endpoint& peer);
+  bool admit(ClientSocket& socket, const boost::asio::ip::tcp::endpoint& peer);
   bool allowed(const boost::asio::ip::address& address) const;
   void set_allowed_peers(std::optional<std::vector<boost::asio::ip::address>> peers,
                          std::string reason);

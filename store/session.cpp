@@ -49,7 +49,7 @@ bool Session::feed(std::string_view bytes) {
     if (parser_.ready()) {
       Request request = parser_.take();
       if (!handle(request)) return false;
-      if (held_.size() > kMaxHeld) {
+      if (held_size() > kMaxHeld) {
         return fail("over " + std::to_string(kMaxHeld >> 20) +
                     " MiB of replies held behind a pending WAIT");
       }
@@ -70,8 +70,18 @@ void Session::consume_output(size_t n) {
 }
 
 bool Session::fail(std::string reason) {
-  error_ = std::move(reason);
+  rare().error = std::move(reason);
   return false;
+}
+
+const std::string& Session::error() const {
+  static const std::string kNone;
+  return rare_ ? rare_->error : kNone;
+}
+
+Session::Rare& Session::rare() {
+  if (!rare_) rare_ = std::make_unique<Rare>();
+  return *rare_;
 }
 
 bool Session::refuse(const char* reason, std::string detail) {
@@ -80,8 +90,13 @@ bool Session::refuse(const char* reason, std::string detail) {
 }
 
 void Session::release_held() {
-  out_ += held_;
-  std::string().swap(held_);
+  if (!rare_) return;
+  out_ += rare_->held;
+  if (rare_->error.empty() && rare_->expected_proof.empty()) {
+    rare_.reset();
+  } else {
+    std::string().swap(rare_->held);
+  }
 }
 
 void Session::fire_will() {
@@ -110,16 +125,16 @@ bool Session::handle_auth(Request& r) {
       wire::put_u8(out_, kAuthChallenge);
       wire::put_bytes(out_, server_nonce);
       wire::put_bytes(out_, auth::server_proof(token_, r.values[0], server_nonce));
-      expected_proof_ = auth::client_proof(token_, server_nonce, r.values[0]);
+      rare().expected_proof = auth::client_proof(token_, server_nonce, r.values[0]);
       auth_ = Auth::kChallenged;
       parser_.allow_only({Op::kAuthProof});
       return true;
     }
     case Op::kAuthProof:
-      if (!auth::same(r.values[0], expected_proof_)) {
+      if (!auth::same(r.values[0], rare().expected_proof)) {
         return refuse(kWrongToken, "AUTH_PROOF does not match the token");
       }
-      std::string().swap(expected_proof_);
+      std::string().swap(rare().expected_proof);
       auth_ = Auth::kDone;
       parser_.allow_all();
       wire::put_u8(out_, kExtensionAck);
@@ -151,8 +166,9 @@ bool Session::handle(Request& request) {
       if (request.keys[0].empty()) {
         will_.reset();
       } else {
-        will_ = Will{std::move(request.keys[0]), std::move(request.values[0]),
-                     std::move(request.values[1])};
+        will_ =
+            std::make_unique<Will>(Will{std::move(request.keys[0]), std::move(request.values[0]),
+                                        std::move(request.values[1])});
       }
       wire::put_u8(reply(), kExtensionAck);
       return true;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,7 +54,7 @@ class Session final : private Waiter {
   // Processes received bytes. Returns false when the connection must be closed: a
   // malformed frame, an impossible request (error() says why, in one line).
   bool feed(std::string_view bytes);
-  const std::string& error() const { return error_; }
+  const std::string& error() const;
   // When feed() returned false before the connection authenticated on a store with a token:
   // the refusal's short reason ("no token", "wrong token", "malformed AUTH"); else nullptr.
   // Replies queued by then (kAuthRequiredWord for a PING) are meant to be sent before closing.
@@ -68,7 +69,7 @@ class Session final : private Waiter {
   std::string_view output() const { return std::string_view(out_).substr(out_pos_); }
   void consume_output(size_t n);
   // Bytes queued or held back (for back-pressure on a client that does not read).
-  size_t buffered() const { return out_.size() - out_pos_ + held_.size(); }
+  size_t buffered() const { return out_.size() - out_pos_ + held_size(); }
 
   Dialect dialect() const { return parser_.dialect(); }
   bool waiting() const { return parked(); }
@@ -87,7 +88,8 @@ class Session final : private Waiter {
   bool handle_write(Request& request);
   bool handle_wait(Request& request);
   bool fail(std::string reason);
-  std::string& reply() { return parked() ? held_ : out_; }
+  std::string& reply() { return parked() ? rare().held : out_; }
+  size_t held_size() const { return rare_ ? rare_->held.size() : 0; }
   void release_held();
   void on_wake() override;
 
@@ -96,14 +98,21 @@ class Session final : private Waiter {
   OutputListener& listener_;
   std::string out_;
   size_t out_pos_ = 0;
-  std::string held_;  // replies behind a parked WAIT/BARRIER
-  std::string error_;
+  // What few sessions need, or need for a moment, kept off the inline size of every idle
+  // connection's session: replies held behind a parked WAIT/BARRIER, the reason a session
+  // failed, and the client's expected proof while it is challenged.
+  struct Rare {
+    std::string held;
+    std::string error;
+    std::string expected_proof;
+  };
+  Rare& rare();
+  std::unique_ptr<Rare> rare_;
   struct Will {
     std::string key, expected, desired;
   };
-  std::optional<Will> will_;
+  std::unique_ptr<Will> will_;  // few connections set one: not inline in every session
   std::string_view token_;
-  std::string expected_proof_;  // the client's proof, while challenged
   const char* refused_ = nullptr;
   Auth auth_ = Auth::kOpen;
 };
