@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "store/wire.hpp"
 #include "store/sys/fd.hpp"
+#include "store/wire.hpp"
 
 namespace ddprun::store::bench {
 namespace {
@@ -62,6 +62,13 @@ std::string Frames::wait(std::string_view key) const {
   std::string f(1, static_cast<char>(opcode(Op::kWait)));
   wire::put_u64(f, 1);
   wire::put_bytes(f, key);
+  return f;
+}
+
+std::string Frames::wait(const std::vector<std::string>& keys) const {
+  std::string f(1, static_cast<char>(opcode(Op::kWait)));
+  wire::put_u64(f, keys.size());
+  for (const std::string& k : keys) wire::put_bytes(f, k);
   return f;
 }
 

@@ -22,6 +22,7 @@ struct Frames {
   std::string get(std::string_view key) const;
   std::string add(std::string_view key, int64_t delta) const;
   std::string wait(std::string_view key) const;
+  std::string wait(const std::vector<std::string>& keys) const;  // all of them
   std::string num_keys() const;
   uint8_t opcode(Op op) const;
 };

@@ -16,13 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "store/bench/load_conn.hpp"
 #include "store/sys/fd.hpp"
 #include "store/wire.hpp"
 
 namespace ddprun::store::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 enum class Kind : uint8_t { kRank, kDropInHandshake, kDropInWait };
 enum class Step : uint8_t {
@@ -211,10 +210,10 @@ class Storm {
   void join(Client& c) {
     if (c.kind == Kind::kDropInWait) {
       expect(c, Step::kParked, 1);
-      return send(c, wait_frame({never_key_}));
+      return send(c, frames_.wait(never_key_));
     }
     expect(c, Step::kJoin, 8);
-    send(c, add_frame(init_key_, 1));
+    send(c, frames_.add(init_key_, 1));
   }
 
   void on_readable(Client& c, std::vector<char>& buf) {
@@ -234,11 +233,11 @@ class Storm {
         if (wire::load_le(in.data(), 4) != 42) return fail(c, false);
         return join(c);
       case Step::kJoin: {
-        std::string req = set_frame(addr_key(c.rank), addr_value(c.rank));
+        std::string req = frames_.set(addr_key(c.rank), addr_value(c.rank));
         std::vector<std::string> keys{addr_key(0)};
         uint32_t next = static_cast<uint32_t>((c.rank + 1) % ranks_);
         if (next != 0) keys.push_back(addr_key(next));
-        req += wait_frame(keys);
+        req += frames_.wait(keys);
         expect(c, Step::kWaitAddrs, 1);
         return send(c, req);
       }
@@ -246,7 +245,7 @@ class Storm {
         if (in[0] != static_cast<char>(kStopWaiting)) return fail(c, false);
         uint32_t next = static_cast<uint32_t>((c.rank + 1) % ranks_);
         expect(c, Step::kGets, 2 * (8 + kValueSize));
-        return send(c, get_frame(addr_key(0)) + get_frame(addr_key(next)));
+        return send(c, frames_.get(addr_key(0)) + frames_.get(addr_key(next)));
       }
       case Step::kGets: {
         uint32_t next = static_cast<uint32_t>((c.rank + 1) % ranks_);
@@ -255,13 +254,13 @@ class Storm {
           return fail(c, false);
         }
         expect(c, Step::kBarrier, 8);
-        return send(c, add_frame(barrier_key_, 1));
+        return send(c, frames_.add(barrier_key_, 1));
       }
       case Step::kBarrier: {
         auto count = static_cast<size_t>(wire::load_le(in.data(), 8));
-        std::string req = count == ranks_ ? set_frame(done_key_, "1") : std::string();
+        std::string req = count == ranks_ ? frames_.set(done_key_, "1") : std::string();
         expect(c, Step::kRelease, 1);
-        return send(c, req + wait_frame({done_key_}));
+        return send(c, req + frames_.wait(done_key_));
       }
       case Step::kRelease:
         if (in[0] != static_cast<char>(kStopWaiting)) return fail(c, false);
@@ -316,34 +315,8 @@ class Storm {
     std::snprintf(v, sizeof v, "r%010u:%010u", rank, 29500u + rank);
     return std::string(v, kValueSize);
   }
-  std::string set_frame(const std::string& key, const std::string& value) const {
-    std::string f(1, static_cast<char>(opcode(Op::kSet)));
-    wire::put_bytes(f, key);
-    wire::put_bytes(f, value);
-    return f;
-  }
-  std::string get_frame(const std::string& key) const {
-    std::string f(1, static_cast<char>(opcode(Op::kGet)));
-    wire::put_bytes(f, key);
-    return f;
-  }
-  std::string add_frame(const std::string& key, int64_t delta) const {
-    std::string f(1, static_cast<char>(opcode(Op::kAdd)));
-    wire::put_bytes(f, key);
-    wire::put_i64(f, delta);
-    return f;
-  }
-  std::string wait_frame(const std::vector<std::string>& keys) const {
-    std::string f(1, static_cast<char>(opcode(Op::kWait)));
-    wire::put_u64(f, keys.size());
-    for (const std::string& k : keys) wire::put_bytes(f, k);
-    return f;
-  }
-  uint8_t opcode(Op op) const {
-    return o_.dialect == Dialect::kTorch1 ? torch1_opcode(op) : torch2_opcode(op);
-  }
-
   StormOptions o_;
+  Frames frames_{o_.dialect};
   size_t ranks_ = 0;
   std::string init_key_, barrier_key_, done_key_, never_key_;
   std::atomic<size_t> completed_{0};
