@@ -15,7 +15,6 @@
 #include <iostream>
 
 #include "ddprun/ddp.hpp"
-#include "examples/train/checkpoint.hpp"
 #include "examples/train/data.hpp"
 #include "examples/train/model.hpp"
 #include "examples/train/options.hpp"
@@ -65,15 +64,20 @@ int run(const Options& opt) {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(0.9));
 
   int64_t start = 0;
+  // The data order depends on these: a run may resume only a checkpoint written with the same.
+  const std::map<std::string, int64_t> run_settings{{"global_batch", opt.global_batch},
+                                                    {"seed", static_cast<int64_t>(opt.seed)}};
+  const std::string checkpoint_file =
+      opt.checkpoint.empty() ? "" : opt.checkpoint + "/checkpoint.pt";
   if (!opt.checkpoint.empty()) {
-    if (auto meta = load_checkpoint(*pg, opt.checkpoint, *model, optimizer)) {
-      if (meta->global_batch != opt.global_batch || meta->seed != static_cast<int64_t>(opt.seed)) {
-        throw ddprun::Error("checkpoint in " + opt.checkpoint +
-                            " was written with --global-batch " +
-                            std::to_string(meta->global_batch) + " --seed " +
-                            std::to_string(meta->seed) + "; this run would change the data order");
+    if (auto saved = ddprun::load_checkpoint(*pg, checkpoint_file, *model, optimizer)) {
+      if (saved->extra != run_settings) {
+        throw ddprun::Error("checkpoint " + checkpoint_file + " was written with --global-batch " +
+                            std::to_string(saved->extra["global_batch"]) + " --seed " +
+                            std::to_string(saved->extra["seed"]) +
+                            "; this run would change the data order");
       }
-      start = meta->step;
+      start = saved->step;
     }
   }
   ddprun::DdpOptions ddp_options;
@@ -116,10 +120,8 @@ int run(const Options& opt) {
     }
     if (!opt.checkpoint.empty() && rank == 0 && done % opt.checkpoint_every == 0 &&
         done < opt.steps) {
-      auto path =
-          save_checkpoint(opt.checkpoint, {done, opt.global_batch, static_cast<int64_t>(opt.seed)},
-                          *model, optimizer);
-      std::cout << "[train] checkpoint at step " << done << " -> " << path << std::endl;
+      ddprun::save_checkpoint(checkpoint_file, {0, done, run_settings}, *model, optimizer);
+      std::cout << "[train] checkpoint at step " << done << " -> " << checkpoint_file << std::endl;
     }
   }
   const double sum = checksum(*model);

@@ -7,6 +7,7 @@
 namespace ddprun {
 namespace {
 
+using testing::errors_of_ranks;
 using testing::run_ranks;
 
 TEST(Collectives, AllReduceOps) {
@@ -58,6 +59,41 @@ TEST(Collectives, BytesOfDifferentLengths) {
     std::string got = pg.broadcast_bytes(rank == 2 ? "from two" : "ignored", 2);
     EXPECT_EQ(got, "from two");
   });
+}
+
+TEST(Collectives, ReduceToOneRank) {
+  run_ranks(3, [](int rank, ProcessGroup& pg) {
+    const std::pair<ReduceOp, float> cases[] = {{ReduceOp::kSum, 6.0f},
+                                                {ReduceOp::kAvg, 2.0f},
+                                                {ReduceOp::kMin, 1.0f},
+                                                {ReduceOp::kMax, 3.0f},
+                                                {ReduceOp::kProduct, 6.0f}};
+    for (const auto& [op, expected] : cases) {
+      auto t = torch::full({3}, static_cast<float>(rank + 1));
+      pg.reduce(t, 1, op);
+      if (rank == 1) {
+        EXPECT_TRUE(torch::equal(t, torch::full({3}, expected)));
+      }
+    }
+    auto i = torch::full({1}, static_cast<int64_t>(rank + 1));  // 6 / 3 rounds down
+    pg.reduce(i, 0, ReduceOp::kAvg);
+    if (rank == 0) {
+      EXPECT_EQ(i.item<int64_t>(), 2);
+    }
+    EXPECT_THROW(pg.reduce(i, 3), Error);
+  });
+}
+
+TEST(Collectives, BarrierWithTimeout) {
+  auto errors = errors_of_ranks(3, [](int rank, ProcessGroup& pg) {
+    for (int i = 0; i < 5; ++i) pg.barrier(std::chrono::seconds(30));
+    if (rank != 2) pg.barrier(std::chrono::milliseconds(300));  // rank 2 never arrives
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("barrier timed out after 300 ms"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("not arrived: 2"), std::string::npos) << errors[r];
+  }
+  EXPECT_EQ(errors[2], "");
 }
 
 TEST(Collectives, StoreIsSharedAcrossRanks) {

@@ -128,6 +128,8 @@ DataParallel::~DataParallel() = default;
 
 void DataParallel::prepare_forward() {
   reducer_->set_sync(sync_);
+  // Every rank reaches this forward together, as PyTorch's rebuild (a collective) assumes.
+  if (c10::GradMode::is_enabled()) reducer_->rebuild_buckets_if_due();
   if (options_.broadcast_buffers && c10::GradMode::is_enabled()) {
     broadcast_coalesced(*group_, module_->buffers(/*recurse=*/true));
   }
@@ -135,6 +137,14 @@ void DataParallel::prepare_forward() {
 
 std::vector<BucketInfo> DataParallel::buckets() const {
   return reducer_->layout();
+}
+
+std::vector<size_t> DataParallel::grad_ready_order() const {
+  return reducer_->local_ready_order();
+}
+
+bool DataParallel::buckets_rebuilt() const {
+  return reducer_->rebuilt();
 }
 
 std::string DataParallel::transport() const {

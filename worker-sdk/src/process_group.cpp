@@ -53,6 +53,8 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> user_store;
   compat::BackendPtr pg;
   std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::Store> barrier_store;  // barrier(timeout) meets here
+  int64_t barrier_round = 0;
 
   Work submit(c10::intrusive_ptr<c10d::Work> w, std::function<void()> finish = {}) {
     auto impl = std::make_shared<C10dWork>();
@@ -110,6 +112,7 @@ std::shared_ptr<ProcessGroup> make_group(WorkerEnv env,
                                               options.timeout)
                   : detail::make_gloo_backend(store, env.rank, env.world_size, options.timeout);
   impl->user_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_user", default_pg);
+  impl->barrier_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_barrier", default_pg);
   if (python_init_steps) {
     compat::after_default_group_init(default_pg, *impl->pg, env.world_size, options.timeout);
   }
@@ -208,6 +211,60 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   return outputs[0];
 }
 
+void ProcessGroup::reduce(at::Tensor& tensor, int dst, ReduceOp op) {
+  if (dst < 0 || dst >= size()) {
+    throw Error("reduce: dst " + std::to_string(dst) + " is not a rank of this group");
+  }
+  c10d::ReduceOptions opts;
+  opts.reduceOp = to_c10d(op);  // kAvg: a sum, divided on dst below
+  opts.rootRank = dst;
+  opts.rootTensor = 0;
+  std::vector<at::Tensor> tensors{tensor};
+  impl_->pg->reduce(tensors, opts)->wait();
+  heartbeat();
+  if (op == ReduceOp::kAvg && rank() == dst) {
+    if (tensor.is_floating_point() || tensor.is_complex()) {
+      tensor.div_(size());
+    } else {
+      tensor.div_(size(), "floor");
+    }
+  }
+}
+
+void ProcessGroup::barrier(std::chrono::milliseconds timeout) {
+  auto& store = *impl_->barrier_store;
+  const std::string round = std::to_string(impl_->barrier_round++);
+  // Reaching round r means every rank finished waiting in round r - 2: its keys are garbage.
+  if (rank() == 0 && impl_->barrier_round > 2) {
+    const std::string old = std::to_string(impl_->barrier_round - 3);
+    store.deleteKey(old + "/done");
+    store.deleteKey(old + "/count");
+    for (int r = 0; r < size(); ++r) store.deleteKey(old + "/" + std::to_string(r));
+  }
+  store.set(round + "/" + std::to_string(rank()), std::vector<uint8_t>{1});
+  if (store.add(round + "/count", 1) == size()) {
+    store.set(round + "/done", std::vector<uint8_t>{1});
+  } else {
+    try {
+      store.wait({round + "/done"}, timeout);
+    } catch (const std::exception& e) {
+      std::string missing;
+      for (int r = 0; r < size(); ++r) {
+        bool arrived = true;
+        try {
+          arrived = store.check({round + "/" + std::to_string(r)});
+        } catch (const std::exception&) {
+        }
+        if (!arrived) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      throw Error("barrier timed out after " + std::to_string(timeout.count()) +
+                  " ms on rank " + std::to_string(rank()) + "; rank(s) not arrived: " +
+                  (missing.empty() ? "unknown" : missing));
+    }
+  }
+  heartbeat();
+}
+
 void ProcessGroup::barrier() {
   if (impl_->backend == Backend::kNccl) {
     // ProcessGroupNCCL's barrier guesses a device; a one-element all-reduce on ours is exact.
@@ -256,6 +313,41 @@ std::string ProcessGroup::broadcast_bytes(std::string_view bytes, int root) {
   at::Tensor cpu = dev.cpu();
   return std::string(reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>()),
                      static_cast<size_t>(n));
+}
+
+std::vector<std::string> ProcessGroup::gather_bytes(std::string_view bytes, int dst) {
+  if (dst < 0 || dst >= size()) {
+    throw Error("gather_bytes: dst " + std::to_string(dst) + " is not a rank of this group");
+  }
+  // As Python's gather_object: every rank learns the longest length, then a padded gather.
+  const auto on_device = at::TensorOptions().device(impl_->device);
+  at::Tensor len = at::full({1}, static_cast<int64_t>(bytes.size()), on_device.dtype(at::kLong));
+  std::vector<int64_t> sizes;
+  int64_t max_len = 1;
+  for (const auto& l : all_gather(len)) {
+    sizes.push_back(l.cpu().item<int64_t>());
+    max_len = std::max(max_len, sizes.back());
+  }
+  at::Tensor buf = at::zeros({max_len}, at::kByte);
+  std::memcpy(buf.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  std::vector<at::Tensor> inputs{buf.to(impl_->device)};
+  std::vector<std::vector<at::Tensor>> outputs;
+  if (rank() == dst) {
+    outputs.emplace_back();
+    for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
+  }
+  c10d::GatherOptions opts;
+  opts.rootRank = dst;
+  impl_->pg->gather(outputs, inputs, opts)->wait();
+  heartbeat();
+  std::vector<std::string> out;
+  if (rank() != dst) return out;
+  for (size_t r = 0; r < outputs[0].size(); ++r) {
+    at::Tensor cpu = outputs[0][r].cpu();
+    out.emplace_back(reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>()),
+                     static_cast<size_t>(sizes[r]));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

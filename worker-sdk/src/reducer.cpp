@@ -32,6 +32,41 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
   size_t index_;
 };
 
+int64_t bytes_of(const at::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
+
+// Greedy fill in `order`, one open bucket per (dtype, device); a bucket closes once it reaches
+// its cap (the first of each kind: first_cap). Buckets come out in the order they closed, then
+// the open ones.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params,
+                                                const std::vector<size_t>& order,
+                                                int64_t first_cap, int64_t cap) {
+  using Key = std::tuple<int, int, int>;
+  struct Open {
+    std::vector<size_t> params;
+    int64_t bytes = 0;
+    bool first = true;
+  };
+  std::map<Key, Open> open;
+  std::vector<std::vector<size_t>> done;
+  for (size_t k : order) {
+    const at::Tensor& p = params[k];
+    Open& o = open[Key{static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
+                       static_cast<int>(p.device().index())}];
+    o.params.push_back(k);
+    o.bytes += bytes_of(p);
+    if (o.bytes >= (o.first ? first_cap : cap)) {
+      done.push_back(std::move(o.params));
+      o = Open{{}, 0, false};
+    }
+  }
+  for (auto& [key, o] : open) {
+    if (!o.params.empty()) done.push_back(std::move(o.params));
+  }
+  return done;
+}
+
 std::string shape_of(const at::Tensor& t) {
   std::ostringstream s;
   s << t.sizes();
@@ -56,7 +91,25 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
         "DistributedDataParallel: bf16 gradient compression over Gloo needs LibTorch 2.x (this "
         "LibTorch's Gloo cannot all-reduce bfloat16); use fp16 compression or NCCL");
   }
-  build_buckets();
+  // Initial layout: reverse parameter order (the last layers' gradients are ready first),
+  // launched in that order: buckets holding later parameters first.
+  std::vector<size_t> reverse(params_.size());
+  for (size_t i = 0; i < reverse.size(); ++i) reverse[i] = reverse.size() - 1 - i;
+  auto assignment = assign_buckets(params_, reverse, options_.first_bucket_cap_bytes,
+                                   options_.bucket_cap_bytes);
+  std::stable_sort(assignment.begin(), assignment.end(),
+                   [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  // One shared-memory slot for all buckets when every rank is on this host (see
+  // shm_allreduce.hpp), sized for any layout (each bucket pads to 64 bytes), so that the
+  // rebuilt buckets fit in it too.
+  if (shared_memory_eligible()) {
+    int64_t slot_bytes = 0;
+    for (const at::Tensor& p : params_) slot_bytes += bytes_of(p) + 64;
+    shm_ = ShmAllReduce::create(group_, slot_bytes);
+  }
+  used_.assign(params_.size(), 0);
+  globally_unused_.assign(params_.size(), 0);
+  build_buckets(assignment);
   accumulators_.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
@@ -69,51 +122,17 @@ Reducer::~Reducer() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
 }
 
-void Reducer::build_buckets() {
-  // Greedy fill in reverse parameter order (the last layers' gradients are ready first), one
-  // open bucket per (dtype, device); the first bucket of each closes at the small cap.
-  using Key = std::tuple<int, int, int>;
-  struct Open {
-    Bucket bucket;
-    int64_t bytes = 0;
-    bool first = true;
-  };
-  std::map<Key, Open> open;
-  std::vector<Bucket> done;
+void Reducer::build_buckets(const std::vector<std::vector<size_t>>& assignment) {
+  std::vector<Bucket> done(assignment.size());
   slots_.assign(params_.size(), Slot{});
-  for (size_t k = params_.size(); k-- > 0;) {
-    const at::Tensor& p = params_[k];
-    Key key{static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
-            static_cast<int>(p.device().index())};
-    Open& o = open[key];
-    o.bucket.params.push_back(k);
-    o.bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    const int64_t cap = o.first ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
-    if (o.bytes >= cap) {
-      done.push_back(std::move(o.bucket));
-      o.bucket = Bucket{};
-      o.bytes = 0;
-      o.first = false;
-    }
-  }
-  for (auto& [key, o] : open) {
-    if (!o.bucket.params.empty()) done.push_back(std::move(o.bucket));
-  }
-  // Launch order = the order gradients arrive: buckets holding later parameters first.
-  std::stable_sort(done.begin(), done.end(), [](const Bucket& a, const Bucket& b) {
-    return a.params.front() > b.params.front();
-  });
-
-  // Storage: one shared-memory slot for all buckets when every rank is on this host (see
-  // shm_allreduce.hpp), else ordinary tensors reduced by the process group.
-  int64_t slot_bytes = 0;
-  for (Bucket& bucket : done) {
+  int64_t shm_bytes = 0;
+  for (size_t b = 0; b < done.size(); ++b) {
+    done[b].params = assignment[b];
     int64_t bytes = 0;
-    for (size_t i : bucket.params) bytes += params_[i].numel() * params_[i].element_size();
-    bucket.shm_offset = slot_bytes;
-    slot_bytes += (bytes + 63) / 64 * 64;
+    for (size_t i : done[b].params) bytes += bytes_of(params_[i]);
+    done[b].shm_offset = shm_bytes;
+    shm_bytes += (bytes + 63) / 64 * 64;
   }
-  if (shared_memory_eligible()) shm_ = ShmAllReduce::create(group_, slot_bytes);
 
   for (size_t b = 0; b < done.size(); ++b) {
     Bucket& bucket = done[b];
@@ -201,31 +220,55 @@ std::string Reducer::describe(size_t index) const {
 
 void Reducer::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Also under no_sync: a parameter used in any backward since the last reduction is used.
+  if (tracks_usage()) used_[index] = 1;
   if (!sync_) return;  // no_sync: gradients just accumulate in .grad
   if (!callback_queued_) {
     // Runs when this backward pass ends, on the thread that waits for it.
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
     callback_queued_ = true;
   }
-  Slot& slot = slots_[index];
-  if (slot.ready) {
+  if (options_.static_graph && iteration_ > 0 && !static_unused_marked_) {
+    // The learned unused set is ready at once, so its buckets need not wait for backward's end.
+    static_unused_marked_ = true;
+    for (size_t i : static_unused_) mark_ready(i, /*got_gradient=*/false);
+  }
+  if (slots_[index].ready) {
+    if (std::find(static_unused_.begin(), static_unused_.end(), index) != static_unused_.end()) {
+      throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
+                  ", static_graph): parameter " + describe(index) +
+                  " got no gradient in the first iteration but got one now; static_graph needs "
+                  "the same parameters used in every iteration");
+    }
     throw Error("DistributedDataParallel: parameter " + describe(index) +
                 " received a gradient twice in one backward pass (reentrant backward or "
                 "activation checkpointing of a shared parameter is not supported)");
   }
+  if (records_order()) ready_order_.push_back(index);
+  mark_ready(index, /*got_gradient=*/true);
+}
+
+void Reducer::mark_ready(size_t index, bool got_gradient) {
+  Slot& slot = slots_[index];
   slot.ready = true;
   Bucket& bucket = buckets_[slot.bucket];
   at::Tensor& view = bucket.views[slot.position];
   at::Tensor& grad = params_[index].mutable_grad();
-  if (slot.viewable && grad.defined() && grad.data_ptr() == view.data_ptr()) {
+  const bool aliased = grad.defined() && grad.data_ptr() == view.data_ptr();
+  if (!grad.defined()) {
+    view.zero_();  // unused here: contributes zeros; .grad is set (or not) in finalize()
+  } else if (got_gradient && aliased) {
     if (scale_ != 1.0) grad.mul_(scale_);  // .grad already lives in the bucket
   } else {
+    // An unused parameter's old .grad is contributed (as PyTorch does) but must come out
+    // unchanged if no rank used it: it leaves the bucket, finalize() decides.
+    if (aliased) grad = grad.clone();
     if (scale_ != 1.0) {
       at::mul_out(view, grad, at::scalar_tensor(scale_, at::kDouble));
     } else {
       view.copy_(grad);
     }
-    if (slot.viewable) grad = view;
+    if (slot.viewable && got_gradient) grad = view;
   }
   if (--bucket.pending == 0) launch_ready_buckets();
 }
@@ -249,40 +292,124 @@ void Reducer::launch_ready_buckets() {
 void Reducer::finalize() {
   std::lock_guard<std::mutex> lock(mu_);
   callback_queued_ = false;
-  if (next_launch_ < buckets_.size()) {
-    std::string missing;
-    size_t count = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (slots_[i].ready) continue;
-      if (count++ < 10) missing += (missing.empty() ? "" : ", ") + describe(i);
-    }
-    if (count > 10) missing += ", ... (" + std::to_string(count) + " in all)";
-    for (Bucket& b : buckets_) {
-      if (!b.launched) continue;
-      try {
-        b.work.wait();
-      } catch (...) {  // the error below is the one to report
-      }
-    }
-    reset();
-    throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
-                "): parameters got no gradient in this backward pass, so their buckets could not "
-                "be reduced: " +
-                missing +
-                ". Every parameter that requires grad must contribute to the loss of every "
-                "synchronised iteration; freeze unused ones (requires_grad(false)) before "
-                "wrapping the module");
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!slots_[i].ready) missing.push_back(i);
+  }
+  if (!missing.empty()) {
+    if (!tracks_usage()) fail_missing(missing);  // throws
+    for (size_t i : missing) mark_ready(i, /*got_gradient=*/false);
+  }
+  if (tracks_usage()) {
+    if (options_.static_graph) static_unused_ = missing;
+    reduce_usage();  // after every bucket was launched: the same order on every rank
   }
   for (Bucket& b : buckets_) {
     b.work.wait();
     if (b.wire.defined() && communicates()) b.flat.copy_(b.wire);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (usage_known_ && globally_unused_[i]) continue;  // as PyTorch: .grad left untouched
     const Slot& slot = slots_[i];
-    if (!slot.viewable) params_[i].mutable_grad().copy_(buckets_[slot.bucket].views[slot.position]);
+    const at::Tensor& view = buckets_[slot.bucket].views[slot.position];
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (slot.viewable) {
+      if (!grad.defined() || grad.data_ptr() != view.data_ptr()) grad = view;  // unused here
+    } else if (!grad.defined()) {
+      grad = view.clone();
+    } else {
+      grad.copy_(view);
+    }
   }
+  if (records_order()) {
+    // static_graph: the unused parameters never fire; they go last, as in PyTorch.
+    if (options_.static_graph) {
+      ready_order_.insert(ready_order_.end(), static_unused_.begin(), static_unused_.end());
+    }
+    rebuild_due_ = ready_order_.size() == params_.size();
+  }
+  ++iteration_;
+  used_.assign(params_.size(), 0);
   reset();
   heartbeat();  // one synchronised backward done: this worker is making progress
+}
+
+void Reducer::fail_missing(const std::vector<size_t>& missing) {
+  std::string names;
+  for (size_t k = 0; k < missing.size() && k < 10; ++k) {
+    names += (k ? ", " : "") + describe(missing[k]);
+  }
+  if (missing.size() > 10) names += ", ... (" + std::to_string(missing.size()) + " in all)";
+  for (Bucket& b : buckets_) {
+    if (!b.launched) continue;
+    try {
+      b.work.wait();
+    } catch (...) {  // the error below is the one to report
+    }
+  }
+  reset();
+  if (options_.static_graph) {
+    throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
+                ", static_graph): parameters used in the first iteration got no gradient in "
+                "this one: " +
+                names + ". static_graph needs the same parameters used in every iteration");
+  }
+  throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
+              "): parameters got no gradient in this backward pass, so their buckets could not "
+              "be reduced: " +
+              names +
+              ". Every parameter that requires grad must contribute to the loss of every "
+              "synchronised iteration; freeze unused ones (requires_grad(false)) before "
+              "wrapping the module, or set DdpOptions::find_unused_parameters");
+}
+
+void Reducer::reduce_usage() {
+  at::Tensor used = at::empty({static_cast<int64_t>(params_.size())}, at::kInt);
+  for (size_t i = 0; i < used_.size(); ++i) used[static_cast<int64_t>(i)] = used_[i];
+  if (communicates()) {
+    used = used.to(group_.device());
+    group_.all_reduce(used);
+    used = used.cpu();
+  }
+  const int* sums = used.data_ptr<int>();
+  for (size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = sums[i] == 0;
+  usage_known_ = true;
+}
+
+void Reducer::rebuild_buckets_if_due() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!rebuild_due_) return;
+  rebuild_due_ = false;
+  rebuilt_ = true;
+  // Rank 0's order on every rank, so that all build the same buckets.
+  const auto n = static_cast<int64_t>(params_.size());
+  at::Tensor order = at::empty({n}, at::kLong);
+  for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(ready_order_[i]);
+  if (group_.size() > 1) {
+    order = order.to(group_.device());
+    group_.broadcast(order, 0);
+    order = order.cpu();
+  }
+  std::vector<size_t> rank0_order(params_.size());
+  for (int64_t i = 0; i < n; ++i) rank0_order[i] = static_cast<size_t>(order[i].item<int64_t>());
+  // Gradients that live in the old buckets move to their own storage first: the new buckets
+  // reuse the shared-memory slot. build_buckets() copies them into the new views.
+  for (at::Tensor& p : params_) {
+    if (p.grad().defined()) p.mutable_grad() = p.grad().clone();
+  }
+  build_buckets(assign_buckets(params_, rank0_order, options_.first_bucket_cap_bytes,
+                               options_.bucket_cap_bytes));
+}
+
+std::vector<size_t> Reducer::local_ready_order() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rebuild_due_ || rebuilt_) return ready_order_;
+  return {};
+}
+
+bool Reducer::rebuilt() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rebuilt_;
 }
 
 void Reducer::reset() {
@@ -293,6 +420,8 @@ void Reducer::reset() {
     b.work = Work();
   }
   next_launch_ = 0;
+  static_unused_marked_ = false;
+  if (!rebuild_due_ && !rebuilt_) ready_order_.clear();  // a failed backward's partial order
 }
 
 }  // namespace ddprun

@@ -36,6 +36,12 @@ class Reducer {
   // Called by the accumulator hook of parameter `index` after its .grad was updated.
   void on_grad_ready(size_t index);
 
+  // Before a forward with grad mode on (every rank together: a collective when due): rebuilds
+  // the buckets once, in rank 0's gradient ready order. See data_parallel.hpp.
+  void rebuild_buckets_if_due();
+  std::vector<size_t> local_ready_order() const;
+  bool rebuilt() const;
+
  private:
   struct Bucket {
     at::Tensor flat;                // gradients, packed, in the parameters' dtype
@@ -54,11 +60,29 @@ class Reducer {
     bool viewable = false;  // contiguous: .grad can alias the bucket
   };
 
-  void build_buckets();
+  // `assignment`: parameter indices per bucket, buckets in launch order.
+  void build_buckets(const std::vector<std::vector<size_t>>& assignment);
   bool shared_memory_eligible() const;
-  void launch_ready_buckets();  // in index order, as far as complete
-  void finalize();              // end of backward (autograd engine callback)
+  // Its gradient (or zeros, if it has none) into its bucket; got_gradient: from the hook, not
+  // marked as unused.
+  void mark_ready(size_t index, bool got_gradient);
+  void launch_ready_buckets();    // in index order, as far as complete
+  void finalize();                // end of backward (autograd engine callback)
+  void fail_missing(const std::vector<size_t>& missing);
+  void reduce_usage();            // which parameters no rank used (globally_unused_)
   void reset();
+  // Unused parameters found at backward's end: find_unused_parameters alone, or static_graph's
+  // first iteration (which learns the set).
+  bool tracks_usage() const {
+    return options_.static_graph ? iteration_ == 0 : options_.find_unused_parameters;
+  }
+  // The backward whose ready order the rebuild uses, as PyTorch: the first synchronised one, the
+  // second with static_graph (the first only counts), none with find_unused_parameters alone.
+  bool records_order() const {
+    if (rebuilt_ || rebuild_due_) return false;
+    if (options_.static_graph) return iteration_ == 1;
+    return !options_.find_unused_parameters && iteration_ == 0;
+  }
   // Alone on a CPU there is nothing to exchange. NCCL keeps the collective (a cheap kernel), so a
   // one-GPU run takes the path multi-GPU runs take.
   bool communicates() const { return group_.size() > 1 || group_.backend() == Backend::kNccl; }
@@ -79,6 +103,16 @@ class Reducer {
   bool sync_ = true;
   bool callback_queued_ = false;
   size_t next_launch_ = 0;
+
+  int64_t iteration_ = 0;                // synchronised backwards completed
+  std::vector<uint8_t> used_;            // got a gradient since the last synchronised backward
+  std::vector<uint8_t> globally_unused_; // no rank used it (.grad is left alone)
+  bool usage_known_ = false;             // globally_unused_ is valid
+  std::vector<size_t> static_unused_;    // static_graph: this rank's unused set, learned
+  bool static_unused_marked_ = false;    // marked ready in this backward already
+  std::vector<size_t> ready_order_;      // this rank's, from the backward records_order() names
+  bool rebuild_due_ = false;
+  bool rebuilt_ = false;
 };
 
 }  // namespace ddprun

@@ -28,7 +28,15 @@
 // - broadcast_buffers: rank 0's buffers (e.g. BatchNorm statistics) are broadcast before each
 //   forward run with grad mode on;
 // - a parameter that gets no gradient in a synchronised backward is an error (thrown from
-//   backward()) naming the parameters: every parameter must contribute to the loss;
+//   backward()) naming the parameters, unless find_unused_parameters or static_graph is set:
+//   then it contributes zeros to the average (a parameter used on some ranks only gets the sum
+//   of their gradients / world), and one unused on every rank keeps its .grad untouched (an
+//   undefined .grad stays undefined), as in PyTorch. Unused parameters are found when backward
+//   ends (PyTorch searches the graph at forward time; the numbers are the same, their buckets
+//   just start later). static_graph learns the set in the first iteration and reuses it;
+// - buckets are rebuilt once, before the first forward after the first synchronised backward
+//   (the second with static_graph; never with find_unused_parameters alone), in the order the
+//   gradients became ready there: rank 0's order, broadcast, so every rank has the same layout;
 // - optional fp16/bf16 compression of gradients on the wire;
 // - on one host with CPU tensors, buckets are reduced through shared memory (DdpOptions).
 //
@@ -62,6 +70,13 @@ struct DdpOptions {
   // times faster than Gloo's loopback TCP. Falls back to the process group otherwise, or when
   // DDPRUN_SHM=0 is set. Results are the same (sums in rank order).
   bool shared_memory = true;
+  // Parameters that get no gradient in an iteration (a branch taken on some steps or ranks only)
+  // are reduced as zeros instead of raising. Costs one small all-reduce per iteration.
+  bool find_unused_parameters = false;
+  // The set of parameters used (per rank) is the same in every iteration: learned in the first
+  // synchronised backward, then reused without a per-iteration all-reduce. A later iteration
+  // that uses a different set is an error. Takes precedence over find_unused_parameters.
+  bool static_graph = false;
 };
 
 // One bucket of the layout: indices into the module's trainable parameters (those that require
@@ -105,6 +120,12 @@ class DataParallel {
   std::string transport() const;
   ProcessGroup& process_group() const { return *group_; }
   std::vector<BucketInfo> buckets() const;
+  // This rank's gradient ready order (indices as in BucketInfo) in the synchronised backward the
+  // bucket rebuild is based on; empty until that backward ran (and with find_unused_parameters
+  // alone, which never rebuilds). The rebuild itself uses rank 0's order.
+  std::vector<size_t> grad_ready_order() const;
+  // Whether the buckets have been rebuilt in ready order (see above).
+  bool buckets_rebuilt() const;
 
  private:
   std::shared_ptr<torch::nn::Module> module_;

@@ -2,9 +2,11 @@
 // DistributedDataParallel, DistributedSampler, error recording. See worker-sdk/README.md.
 #pragma once
 
+#include "ddprun/checkpoint.hpp"
 #include "ddprun/data_parallel.hpp"
 #include "ddprun/env.hpp"
 #include "ddprun/heartbeat.hpp"
+#include "ddprun/object_collectives.hpp"
 #include "ddprun/process_group.hpp"
 #include "ddprun/record.hpp"
 #include "ddprun/sampler.hpp"

@@ -88,12 +88,24 @@ class ProcessGroup {
   Work broadcast_async(at::Tensor& tensor, int root = 0);
   // Every rank's `tensor` (same shape and dtype on all ranks), indexed by rank.
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  // Reduces every rank's `tensor` (same shape and dtype on all ranks) into `dst`'s, in place,
+  // like Python's dist.reduce. Only `dst`'s tensor holds the result afterwards; the others'
+  // contents are unspecified (the backend may use them as scratch). kAvg divides the sum on
+  // `dst` (floor division for integer tensors, as all_reduce does).
+  void reduce(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::kSum);
   void barrier();
+  // A barrier that gives up: throws ddprun::Error naming the timeout and the ranks that did not
+  // arrive when not every rank reaches it within `timeout`. It meets on the store, not in the
+  // backend, so a failed barrier leaves no collective in flight; it pairs only with other
+  // barrier(timeout) calls (Python's dist.barrier is the backend's barrier()).
+  void barrier(std::chrono::milliseconds timeout);
 
   // Every rank's bytes, indexed by rank; lengths may differ (metrics, names, serialized objects).
   std::vector<std::string> all_gather_bytes(std::string_view bytes);
   // Root's bytes on every rank (`bytes` is ignored on the others).
   std::string broadcast_bytes(std::string_view bytes, int root = 0);
+  // Every rank's bytes on `dst`, indexed by rank; an empty vector on the other ranks.
+  std::vector<std::string> gather_bytes(std::string_view bytes, int dst = 0);
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,160 @@
+// Test tool: a few SGD steps of DDP on a small deterministic model, mirrored line for line by
+// ddp_equiv_ref.py with PyTorch's DistributedDataParallel, so test_ddp_equivalence.py can
+// compare the final parameters, the .grad state and the bucket layout.
+//
+//   ddp_equiv --mode default|find_unused|static --model branch|frozen|order
+//             --pattern steps|rank|always --steps N --out DIR
+//
+// Writes DIR/cpp_rank<R>.json: {"params": {name: [...]}, "grad_none": [names],
+// "buckets": [[index, ...], ...], "ready_order": [...], "initial_buckets": [[...], ...]}.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "ddprun/ddp.hpp"
+
+namespace {
+
+// Weights from a formula, not an RNG, so that both sides start identically.
+void init_deterministic(torch::nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  int k = 0;
+  for (auto& p : m.parameters()) {
+    auto t = torch::arange(p.numel()).to(torch::kFloat);
+    p.copy_((torch::sin(t * 0.7 + k) * 0.3).reshape(p.sizes()));
+    ++k;
+  }
+}
+
+// "branch": an extra head taken on some steps/ranks only, and one never used.
+// "frozen": a frozen head (requires_grad false) and a dead one (no gradient: run under no_grad).
+// "order": registered in an order unlike the order of use; rank 1 runs its two heads in the
+//          other order, so ready orders differ between ranks.
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(const std::string& kind) : kind(kind) {
+    if (kind == "order") {
+      a = register_module("a", torch::nn::Linear(16, 4));
+      b = register_module("b", torch::nn::Linear(16, 4));
+      body = register_module("body", torch::nn::Linear(6, 16));
+    } else {
+      fc1 = register_module("fc1", torch::nn::Linear(6, 8));
+      fc2 = register_module("fc2", torch::nn::Linear(8, 4));
+      extra = register_module("extra", torch::nn::Linear(8, 4));
+      never = register_module("never", torch::nn::Linear(3, 3));
+    }
+    init_deterministic(*this);
+    if (kind == "frozen") {
+      for (auto& p : extra->parameters()) p.set_requires_grad(false);
+    }
+  }
+  torch::Tensor forward(torch::Tensor x, bool use_branch, int rank) {
+    if (kind == "order") {
+      auto h = torch::tanh(body(x));
+      if (rank == 1) {
+        auto yb = b(h);
+        return a(h) + yb;
+      }
+      auto ya = a(h);
+      return ya + b(h);
+    }
+    auto h = torch::tanh(fc1(x));
+    auto out = fc2(h);
+    if (kind == "frozen") {
+      out = out + extra(h);  // frozen: requires_grad false, excluded from DDP
+      torch::Tensor dead;
+      {
+        torch::NoGradGuard no_grad;  // "never" gets no gradient: not part of the graph
+        dead = never(h.narrow(1, 0, 3)).sum(1, true);
+      }
+      return out + dead;
+    }
+    if (use_branch) out = out + extra(h);
+    return out;
+  }
+  std::string kind;
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, extra{nullptr}, never{nullptr};
+  torch::nn::Linear a{nullptr}, b{nullptr}, body{nullptr};
+};
+TORCH_MODULE(Net);
+
+std::string json_list(const std::vector<size_t>& v) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+  s << "]";
+  return s.str();
+}
+
+std::string json_buckets(const std::vector<ddprun::BucketInfo>& buckets) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < buckets.size(); ++i) s << (i ? "," : "") << json_list(buckets[i].parameters);
+  s << "]";
+  return s.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ddprun::record([&] {
+    std::map<std::string, std::string> args{{"--mode", "default"}, {"--model", "branch"},
+                                            {"--pattern", "always"}, {"--steps", "6"}};
+    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+    const std::string mode = args["--mode"], pattern = args["--pattern"];
+    const int steps = std::stoi(args["--steps"]);
+
+    ddprun::InitOptions io;
+    io.backend = ddprun::Backend::kGloo;
+    auto pg = ddprun::init_process_group(io);
+    const int rank = pg->rank();
+    Net net(args["--model"]);
+    ddprun::DdpOptions o;
+    o.find_unused_parameters = mode == "find_unused";
+    o.static_graph = mode == "static";
+    if (args["--model"] == "order") o.first_bucket_cap_bytes = 512;  // two buckets
+    ddprun::DistributedDataParallel ddp(net, pg, o);
+    const std::string initial = json_buckets(ddp.buckets());
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < steps; ++step) {
+      for (auto& p : net->parameters()) {
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      }
+      auto base = torch::arange(8 * 6).to(torch::kFloat).reshape({8, 6});
+      auto x = torch::sin(base * 0.37 + static_cast<float>(step * 7 + rank * 3));
+      auto y = torch::cos(torch::arange(8 * 4).to(torch::kFloat).reshape({8, 4}) * 0.23 +
+                          static_cast<float>(step + rank));
+      const bool use = pattern == "always" || (pattern == "rank" && rank == 1) ||
+                       (pattern == "steps" && (step + rank) % 3 == 0);
+      torch::mse_loss(ddp(x, use, rank), y).backward();
+      opt.step();
+    }
+
+    std::ostringstream out;
+    out.precision(9);
+    out << "{\"params\": {";
+    std::ostringstream none;
+    bool first = true;
+    for (const auto& item : net->named_parameters()) {
+      auto v = item.value().detach().reshape({-1});
+      out << (first ? "" : ", ") << "\"" << item.key() << "\": [";
+      for (int64_t i = 0; i < v.numel(); ++i) out << (i ? "," : "") << v[i].item<float>();
+      out << "]";
+      if (!item.value().grad().defined()) {
+        none << (none.tellp() > 0 ? ", " : "") << "\"" << item.key() << "\"";
+      }
+      first = false;
+    }
+    out << "}, \"grad_none\": [" << none.str() << "], \"buckets\": " << json_buckets(ddp.buckets())
+        << ", \"initial_buckets\": " << initial
+        << ", \"ready_order\": " << json_list(ddp.grad_ready_order())
+        << ", \"rebuilt\": " << (ddp.buckets_rebuilt() ? "true" : "false") << "}\n";
+    std::ofstream(args["--out"] + "/cpp_rank" + std::to_string(rank) + ".json") << out.str();
+    pg->barrier();
+    return 0;
+  });
+}

@@ -1,0 +1,57 @@
+// Checkpoints for elastic restarts: rank 0 saves, every rank loads, a crash never tears a file.
+//
+//   ddprun::TrainingProgress progress;                       // epoch 0, step 0: a fresh start
+//   if (auto saved = ddprun::load_checkpoint(*pg, path, *model, optimizer)) progress = *saved;
+//   for (int64_t epoch = progress.epoch; epoch < epochs; ++epoch) {
+//     sampler.set_epoch(epoch);
+//     ... train ...
+//     if (pg->rank() == 0) ddprun::save_checkpoint(path, {epoch + 1, step}, *model, optimizer);
+//   }
+//
+// A checkpoint is one file in LibTorch's archive format (torch::serialize::OutputArchive)
+// holding the model's parameters and buffers, the optimizer's state (SGD momentum buffers, Adam
+// moments, ...), the progress counters and any named integers the caller adds.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "ddprun/process_group.hpp"
+
+namespace ddprun {
+
+// Where training stands. What "epoch" and "step" count is the caller's choice; the usual one:
+// `epoch` is the next epoch to run (pass it to DistributedSampler::set_epoch), `step` the
+// optimizer steps completed.
+struct TrainingProgress {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  // Settings a resumed run must share with the one that saved (seed, global batch size...).
+  std::map<std::string, int64_t> extra;
+};
+
+// Writes `model`'s and `optimizer`'s state and `progress` to `path` atomically: the bytes go to
+// a temp file in the same directory, which is fsynced, renamed over `path`, and the directory
+// is fsynced. A reader (or a restart after a crash, even a power loss) finds either the previous
+// checkpoint or this one, complete. Creates missing parent directories and removes temp files
+// that crashed saves left. Not a collective: call it on one rank (rank 0). Throws ddprun::Error
+// naming the file when it cannot be written; the previous checkpoint is then left as it was.
+void save_checkpoint(const std::string& path, const TrainingProgress& progress,
+                     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer);
+
+// Collective (every rank calls it, same `path`): rank 0 reads `path` and broadcasts it, every
+// rank restores `model` and `optimizer` from it onto pg.device() (Python's map_location), so
+// ranks need no shared file system and always agree on whether to resume. Returns the progress
+// saved, or nullopt when `path` does not exist (start fresh; model and optimizer untouched).
+// Throws ddprun::Error naming the file, on every rank, when it is unreadable, truncated, corrupt
+// or does not fit `model`/`optimizer`.
+std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::string& path,
+                                                torch::nn::Module& model,
+                                                torch::optim::Optimizer& optimizer);
+
+}  // namespace ddprun

@@ -1,0 +1,161 @@
+#include "ddprun/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+namespace ddprun {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMissing = 'M';  // first byte of what rank 0 broadcasts
+constexpr char kFound = 'F';
+constexpr char kUnreadable = 'U';
+
+[[noreturn]] void fail(const fs::path& path, const std::string& what, int err = 0) {
+  throw Error("checkpoint " + path.string() + ": " + what +
+              (err ? std::string(": ") + std::strerror(err) : std::string()));
+}
+
+// The one owner of a descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Removes the temp file unless the rename consumed it.
+struct TempFile {
+  fs::path path;
+  bool keep = false;
+  ~TempFile() {
+    std::error_code ec;
+    if (!keep) fs::remove(path, ec);
+  }
+};
+
+void write_all_and_sync(const fs::path& path, const std::string& bytes) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail(path, "cannot create", errno);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, "cannot write", errno);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync", errno);
+}
+
+void sync_directory(const fs::path& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0 || ::fsync(fd.get()) != 0) fail(dir, "cannot fsync the directory", errno);
+}
+
+// Temp files of saves that crashed (one saver per checkpoint, so none is in use).
+void remove_stale_temps(const fs::path& target) {
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) fs::remove(entry.path(), ec);
+  }
+}
+
+std::string serialize(const TrainingProgress& progress, const torch::nn::Module& model,
+                      const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive, model_archive, optimizer_archive, extra;
+  archive.write("epoch", torch::tensor(progress.epoch));
+  archive.write("step", torch::tensor(progress.step));
+  for (const auto& [name, value] : progress.extra) extra.write(name, torch::tensor(value));
+  archive.write("extra", extra);
+  model.save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+// Rank 0's view of the file, tagged for the broadcast.
+std::string read_tagged(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec) && !ec) return std::string(1, kMissing);
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (!in.good() && !in.eof()) return std::string(1, kUnreadable) + std::strerror(errno);
+  return kFound + s.str();
+}
+
+int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key) {
+  torch::Tensor t;
+  archive.read(key, t);
+  return t.item<int64_t>();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainingProgress& progress,
+                     const torch::nn::Module& model, const torch::optim::Optimizer& optimizer) {
+  const fs::path target = fs::absolute(path);
+  const std::string bytes = serialize(progress, model, optimizer);
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec) fail(target.parent_path(), "cannot create the directory: " + ec.message());
+  remove_stale_temps(target);
+  TempFile tmp{fs::path(target.string() + ".tmp." + std::to_string(::getpid()))};
+  write_all_and_sync(tmp.path, bytes);
+  if (::rename(tmp.path.c_str(), target.c_str()) != 0) fail(target, "cannot rename over", errno);
+  tmp.keep = true;
+  sync_directory(target.parent_path());
+}
+
+std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::string& path,
+                                                torch::nn::Module& model,
+                                                torch::optim::Optimizer& optimizer) {
+  std::string tagged = pg.broadcast_bytes(pg.rank() == 0 ? read_tagged(path) : std::string(), 0);
+  if (tagged.empty()) fail(path, "nothing received from rank 0");
+  if (tagged[0] == kMissing) return std::nullopt;
+  if (tagged[0] == kUnreadable) fail(path, "cannot read on rank 0: " + tagged.substr(1));
+  try {
+    torch::serialize::InputArchive archive, model_archive, optimizer_archive, extra;
+    archive.load_from(tagged.data() + 1, tagged.size() - 1, pg.device());
+    TrainingProgress progress;
+    progress.epoch = read_int(archive, "epoch");
+    progress.step = read_int(archive, "step");
+    archive.read("extra", extra);
+    for (const auto& key : extra.keys()) progress.extra[key] = read_int(extra, key);
+    archive.read("model", model_archive);
+    archive.read("optimizer", optimizer_archive);
+    model.load(model_archive);
+    optimizer.load(optimizer_archive);
+    return progress;
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    fail(path, std::string("truncated, corrupt or not a checkpoint of this model (") +
+                   e.what_without_backtrace() + ")");
+  } catch (const std::exception& e) {
+    fail(path, std::string("truncated, corrupt or not a checkpoint of this model (") +
+                   e.what() + ")");
+  }
+}
+
+}  // namespace ddprun

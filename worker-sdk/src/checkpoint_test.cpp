@@ -1,0 +1,102 @@
+#include "ddprun/checkpoint.hpp"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_ranks.hpp"
+
+namespace ddprun {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::errors_of_ranks;
+using testing::run_ranks;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "ddprun_ckpt_XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// One step of Adam on a small model, from a seed, so two models start apart.
+struct Trained {
+  torch::nn::Linear model;
+  torch::optim::Adam optimizer;
+  explicit Trained(int seed)
+      : model((torch::manual_seed(seed), torch::nn::Linear(4, 3))),
+        optimizer(model->parameters(), torch::optim::AdamOptions(0.1)) {
+    optimizer.zero_grad();
+    model(torch::randn({8, 4})).pow(2).sum().backward();
+    optimizer.step();
+  }
+};
+
+TEST(Checkpoint, RoundTripOnEveryRank) {
+  TempDir dir;
+  const std::string path = (dir.path / "sub" / "ckpt.pt").string();
+  Trained saved(1);
+  TrainingProgress progress{3, 42, {{"seed", 7}}};
+  save_checkpoint(path, progress, *saved.model, saved.optimizer);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path / "sub"), {}), 1);  // no temp left
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    Trained fresh(100 + rank);
+    auto got = load_checkpoint(pg, path, *fresh.model, fresh.optimizer);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->epoch, 3);
+    EXPECT_EQ(got->step, 42);
+    EXPECT_EQ(got->extra, progress.extra);
+    EXPECT_TRUE(torch::equal(fresh.model->weight, saved.model->weight));
+    EXPECT_TRUE(torch::equal(fresh.model->bias, saved.model->bias));
+    auto& mine = static_cast<torch::optim::AdamParamState&>(
+        *fresh.optimizer.state().at(c10::guts::to_string(fresh.model->weight.unsafeGetTensorImpl())));
+    auto& theirs = static_cast<torch::optim::AdamParamState&>(
+        *saved.optimizer.state().at(c10::guts::to_string(saved.model->weight.unsafeGetTensorImpl())));
+    EXPECT_TRUE(torch::equal(mine.exp_avg(), theirs.exp_avg()));
+    EXPECT_TRUE(torch::equal(mine.exp_avg_sq(), theirs.exp_avg_sq()));
+  });
+}
+
+TEST(Checkpoint, MissingFileMeansStartFresh) {
+  TempDir dir;
+  run_ranks(2, [&](int, ProcessGroup& pg) {
+    Trained t(1);
+    auto before = t.model->weight.clone();
+    EXPECT_FALSE(load_checkpoint(pg, (dir.path / "none.pt").string(), *t.model, t.optimizer));
+    EXPECT_TRUE(torch::equal(before, t.model->weight));
+  });
+}
+
+TEST(Checkpoint, TruncatedFileIsAnErrorNamingItOnEveryRank) {
+  TempDir dir;
+  const fs::path path = dir.path / "ckpt.pt";
+  Trained saved(1);
+  save_checkpoint(path.string(), {}, *saved.model, saved.optimizer);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  auto errors = errors_of_ranks(2, [&](int, ProcessGroup& pg) {
+    Trained t(2);
+    load_checkpoint(pg, path.string(), *t.model, t.optimizer);
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("checkpoint " + path.string() + ": truncated, corrupt"), std::string::npos)
+        << e;
+  }
+}
+
+TEST(Checkpoint, SaveRemovesTempFilesOfCrashedSaves) {
+  TempDir dir;
+  const fs::path path = dir.path / "ckpt.pt";
+  std::ofstream(path.string() + ".tmp.99999") << "half a checkpoint";
+  Trained saved(1);
+  save_checkpoint(path.string(), {}, *saved.model, saved.optimizer);
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp.99999"));
+  EXPECT_TRUE(fs::exists(path));
+}
+
+}  // namespace
+}  // namespace ddprun
