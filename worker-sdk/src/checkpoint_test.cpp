@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <type_traits>
 
 #include "test_ranks.hpp"
 
@@ -14,6 +16,18 @@ namespace {
 namespace fs = std::filesystem;
 using testing::errors_of_ranks;
 using testing::run_ranks;
+
+// A parameter's optimizer state. LibTorch 1.x keys it by its TensorImpl's address as text,
+// 2.x by the address itself.
+template <typename StateMap>
+torch::optim::OptimizerParamState& param_state(StateMap& state, const torch::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return *state.at(c10::str(p.unsafeGetTensorImpl()));
+  } else {
+    return *state.at(p.unsafeGetTensorImpl());
+  }
+}
 
 struct TempDir {
   fs::path path;
@@ -54,9 +68,9 @@ TEST(Checkpoint, RoundTripOnEveryRank) {
     EXPECT_TRUE(torch::equal(fresh.model->weight, saved.model->weight));
     EXPECT_TRUE(torch::equal(fresh.model->bias, saved.model->bias));
     auto& mine = static_cast<torch::optim::AdamParamState&>(
-        *fresh.optimizer.state().at(c10::guts::to_string(fresh.model->weight.unsafeGetTensorImpl())));
+        param_state(fresh.optimizer.state(), fresh.model->weight));
     auto& theirs = static_cast<torch::optim::AdamParamState&>(
-        *saved.optimizer.state().at(c10::guts::to_string(saved.model->weight.unsafeGetTensorImpl())));
+        param_state(saved.optimizer.state(), saved.model->weight));
     EXPECT_TRUE(torch::equal(mine.exp_avg(), theirs.exp_avg()));
     EXPECT_TRUE(torch::equal(mine.exp_avg_sq(), theirs.exp_avg_sq()));
   });
