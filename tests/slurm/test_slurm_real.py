@@ -83,7 +83,11 @@ def test_slurm_signal_reaches_the_workers(one_node, ddprun, tmp_path):
             srun.wait(timeout=30)
     log = (tmp_path / "srun.log").read_text()
     assert all((out / f"usr1_{i}").exists() for i in range(2)), log
-    assert "received SIGUSR1: forwarding it to 2 running worker(s)" in log, log
+    # Slurm signals every process of the step, so the workers may get SIGUSR1 from Slurm and
+    # exit before ddprun counts them: what matters is that ddprun took the signal (not its
+    # default action, which would kill it) and stopped the job with 128 + SIGUSR1.
+    assert re.search(r"received SIGUSR1: forwarding it to [0-2] running worker\(s\)", log), log
+    assert "exiting with 138" in log, log
     assert rc != 0, log  # the job was stopped by the signal, as torchrun's agent does
 
 
