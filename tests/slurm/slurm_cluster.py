@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "multinode"))
-from conftest import free_port, wait_for  # noqa: E402
+from conftest import TORCH1_PYTHON, free_port, wait_for  # noqa: E402
 from netns_hosts import Hosts, netns_unavailable  # noqa: E402,F401
 
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld",
@@ -28,6 +28,16 @@ DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld",
 CLIENTS = ["srun", "sbatch", "sinfo", "squeue", "scancel", "munge"]
 PLUGIN_DIR = "/usr/lib/x86_64-linux-gnu/slurm-wlm"
 
+
+
+# The environment of a job step: nothing a surrounding torchrun, ddprun or Slurm left behind.
+def job_env():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PET_", "TORCHELASTIC_", "MASTER_", "SLURM_", "OMP_NUM_THREADS"))
+           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env["PYTHON_EXEC"] = TORCH1_PYTHON
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 def slurm_unavailable():
     """Why a Slurm cluster cannot be started here, or None."""

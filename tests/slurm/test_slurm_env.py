@@ -5,7 +5,6 @@ names loopback addresses, flags and PET_* winning over Slurm, a batch script's e
 deriving nothing, a bad step refused with exit 2, and SIGUSR1 (Slurm's preemption warning)
 forwarded to the workers when --signals-to-handle lists it."""
 import json
-import os
 import pathlib
 import random
 import re
@@ -13,18 +12,10 @@ import signal
 import socket
 import subprocess
 
-from conftest import TORCH1_PYTHON, wait_for
+from conftest import wait_for
+from slurm_cluster import job_env
 
 WORKERS = pathlib.Path(__file__).parent / "workers"
-
-
-def base_env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PET_", "TORCHELASTIC_", "MASTER_", "SLURM_", "OMP_NUM_THREADS"))
-           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env["PYTHON_EXEC"] = TORCH1_PYTHON
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
 
 
 def free_job_id():
@@ -43,7 +34,7 @@ def free_job_id():
 def srun_env(job, node, nodes=2, nodelist="127.0.0.[1-2]", tasks=None):
     """What srun -N<nodes> --ntasks-per-node=1 sets for the task on `node`."""
     tasks = nodes if tasks is None else tasks
-    env = base_env()
+    env = job_env()
     env.update({
         "SLURM_JOB_ID": str(job), "SLURM_JOBID": str(job), "SLURM_STEP_ID": "0",
         "SLURM_STEPID": "0", "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),

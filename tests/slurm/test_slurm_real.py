@@ -6,14 +6,13 @@ limit) reaches the workers when --signals-to-handle lists it; and a two-node job
 network namespace, started from an sbatch script as a user would. Skipped where Slurm is not
 installed (scripts/setup installs it)."""
 import json
-import os
 import pathlib
 import re
 
 import pytest
 
-from slurm_cluster import SlurmCluster, netns_unavailable, slurm_unavailable
-from conftest import TORCH1_PYTHON, wait_for
+from slurm_cluster import SlurmCluster, job_env, netns_unavailable, slurm_unavailable
+from conftest import wait_for
 
 UNAVAILABLE = slurm_unavailable()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
@@ -22,15 +21,6 @@ WORKERS = pathlib.Path(__file__).parent / "workers"
 SLURM_LINE = re.compile(r"slurm: --nnodes=(\d+) --node-rank=(\d+) --master-addr=(\S+) "
                         r"--master-port=(\d+) --rdzv-id=(\d+) \(from SLURM_STEP_NUM_NODES, "
                         r"SLURM_NODEID, SLURM_STEP_NODELIST, SLURM_JOB_ID\)")
-
-
-def job_env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PET_", "TORCHELASTIC_", "MASTER_", "SLURM_", "OMP_NUM_THREADS"))
-           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env["PYTHON_EXEC"] = TORCH1_PYTHON
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
 
 
 def env_dumps(out, world):
