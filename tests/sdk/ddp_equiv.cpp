@@ -3,7 +3,9 @@
 // compare the final parameters, the .grad state and the bucket layout.
 //
 //   ddp_equiv --mode default|find_unused|static --model branch|frozen|order
-//             --pattern steps|rank|always --steps N --out DIR
+//             --pattern steps|rank|always --steps N --out DIR [--hook none|allreduce|fp16|bf16]
+//
+// --hook registers the built-in communication hook of that name (test_comm_hooks.py).
 //
 // Writes DIR/cpp_rank<R>.json: {"params": {name: [...]}, "grad_none": [names],
 // "buckets": [[index, ...], ...], "ready_order": [...], "initial_buckets": [[...], ...]}.
@@ -103,7 +105,8 @@ std::string json_buckets(const std::vector<ddprun::BucketInfo>& buckets) {
 int main(int argc, char** argv) {
   return ddprun::record([&] {
     std::map<std::string, std::string> args{{"--mode", "default"}, {"--model", "branch"},
-                                            {"--pattern", "always"}, {"--steps", "6"}};
+                                            {"--pattern", "always"}, {"--steps", "6"},
+                                            {"--hook", "none"}};
     for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
     const std::string mode = args["--mode"], pattern = args["--pattern"];
     const int steps = std::stoi(args["--steps"]);
@@ -118,6 +121,16 @@ int main(int argc, char** argv) {
     o.static_graph = mode == "static";
     if (args["--model"] == "order") o.first_bucket_cap_bytes = 512;  // two buckets
     ddprun::DistributedDataParallel ddp(net, pg, o);
+    const std::string hook = args["--hook"];
+    if (hook == "allreduce") {
+      ddp.register_comm_hook(ddprun::hooks::allreduce(pg));
+    } else if (hook == "fp16") {
+      ddp.register_comm_hook(ddprun::hooks::fp16_compress(pg));
+    } else if (hook == "bf16") {
+      ddp.register_comm_hook(ddprun::hooks::bf16_compress(pg));
+    } else if (hook != "none") {
+      throw ddprun::Error("ddp_equiv: --hook none|allreduce|fp16|bf16, got " + hook);
+    }
     const std::string initial = json_buckets(ddp.buckets());
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < steps; ++step) {

@@ -3,6 +3,10 @@ in step): the reference test_ddp_equivalence.py compares the C++ SDK with.
 
     ddp_equiv_ref.py --mode default|find_unused|static --model branch|frozen|order
                      --pattern steps|rank|always --steps N --out DIR
+                     [--hook none|allreduce|fp16|bf16]
+
+--hook registers PyTorch's default_hooks.allreduce_hook / fp16_compress_hook /
+bf16_compress_hook (test_comm_hooks.py).
 
 Writes DIR/py_rank<R>.json with the keys ddp_equiv.cpp writes (no ready_order: Python keeps it
 private; the rebuilt bucket layout shows it).
@@ -70,6 +74,7 @@ def main():
     parser.add_argument("--pattern", default="always")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--hook", default="none", choices=["none", "allreduce", "fp16", "bf16"])
     args = parser.parse_args()
 
     dist.init_process_group("gloo", init_method="env://")
@@ -81,6 +86,12 @@ def main():
         dist._DEFAULT_FIRST_BUCKET_BYTES = 512
     ddp = DistributedDataParallel(net, find_unused_parameters=args.mode == "find_unused",
                                   static_graph=args.mode == "static")
+    if args.hook != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook = {"allreduce": default_hooks.allreduce_hook,
+                "fp16": default_hooks.fp16_compress_hook,
+                "bf16": default_hooks.bf16_compress_hook}[args.hook]
+        ddp.register_comm_hook(None, hook)
     trainable = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     for step in range(args.steps):

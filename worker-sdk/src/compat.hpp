@@ -47,6 +47,14 @@ using GradAccumulatorPtr =
 // LibTorch 1.13's ProcessGroupGloo cannot all-reduce bfloat16 ("Invalid scalar type").
 constexpr bool kGlooReducesBFloat16 = TORCH_VERSION_MAJOR >= 2;
 
+// What a rank that joined (Join, uneven inputs) contributes to the per-iteration all-reduce of
+// used parameters with find_unused_parameters. PyTorch 1.13 sends zeros. PyTorch 2.x sends the
+// result of the previous such all-reduce (it reduces a device copy in place and sends that copy
+// again), so a parameter that any rank used in the joined rank's last iteration counts as used
+// from then on: its .grad becomes zeros instead of staying untouched, which moves it when the
+// optimizer has momentum and .grad was set to none. The SDK does what its LibTorch's Python does.
+constexpr bool kJoinedRankResendsUsage = TORCH_VERSION_MAJOR >= 2;
+
 inline c10::intrusive_ptr<c10d::TCPStore> connect_tcp_store(const WorkerEnv& env, bool is_server,
                                                             std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;

@@ -58,9 +58,10 @@ void verify_same_parameters(ProcessGroup& group,
   }
 }
 
-// Broadcasts `tensors` from rank 0 in flat per-(dtype, device) chunks and copies the result
+// Broadcasts `tensors` from `root` in flat per-(dtype, device) chunks and copies the result
 // back into them.
-void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
+void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors,
+                         int root = 0) {
   if (group.size() == 1 || tensors.empty()) return;
   at::NoGradGuard no_grad;
   std::map<std::tuple<int, int, int>, std::vector<at::Tensor>> by_kind;
@@ -81,7 +82,7 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& ten
         ++end;
       }
       at::Tensor flat = at::cat(flat_parts);
-      group.broadcast(flat, 0);
+      group.broadcast(flat, root);
       int64_t offset = 0;
       for (size_t i = begin; i < end; ++i) {
         at::Tensor t = list[i].detach();
@@ -128,11 +129,50 @@ DataParallel::~DataParallel() = default;
 
 void DataParallel::prepare_forward() {
   reducer_->set_sync(sync_);
-  // Every rank reaches this forward together, as PyTorch's rebuild (a collective) assumes.
-  if (c10::GradMode::is_enabled()) reducer_->rebuild_buckets_if_due();
-  if (options_.broadcast_buffers && c10::GradMode::is_enabled()) {
-    broadcast_coalesced(*group_, module_->buffers(/*recurse=*/true));
+  const bool grad = c10::GradMode::is_enabled();
+  if (join_ != nullptr && join_notifies_) {
+    const int training = join_->notify(grad, grad && sync_);
+    if (!join_->options().divide_by_initial_world_size) reducer_->set_divisor(training);
   }
+  // Every rank reaches this forward together, as PyTorch's rebuild (a collective) assumes.
+  if (grad) reducer_->rebuild_buckets_if_due();
+  if (options_.broadcast_buffers && grad) sync_buffers(/*training=*/true);
+}
+
+void DataParallel::sync_buffers(bool training) {
+  std::vector<at::Tensor> buffers = module_->buffers(/*recurse=*/true);
+  if (buffers.empty() || group_->size() == 1) return;
+  // Under a Join, rank 0 may have stopped training: its buffers are stale.
+  const int root = join_ != nullptr ? highest_rank_where(training) : 0;
+  broadcast_coalesced(*group_, buffers, root);
+}
+
+int DataParallel::highest_rank_where(bool candidate) {
+  at::Tensor r = at::full({1}, candidate ? group_->rank() : -1,
+                          at::TensorOptions().dtype(at::kInt).device(group_->device()));
+  group_->all_reduce(r, ReduceOp::kMax);
+  const int rank = r.cpu().item<int>();
+  if (rank < 0) throw Error("Join: no rank qualified as the source of the model (internal error)");
+  return rank;
+}
+
+void DataParallel::join_shadow(const JoinRound& round) {
+  // The same collectives, in the same order, as prepare_forward() and a synchronised backward of
+  // the ranks still training.
+  if (round.grad_enabled) {
+    reducer_->rebuild_buckets_if_due();
+    if (options_.broadcast_buffers) sync_buffers(/*training=*/false);
+  }
+  if (round.sync) reducer_->shadow_backward();
+}
+
+void DataParallel::join_finish(bool is_last_joiner) {
+  // The last rank to finish trained on every iteration: its model is everyone's.
+  const int root = highest_rank_where(is_last_joiner);
+  std::vector<at::Tensor> state = module_->parameters(/*recurse=*/true);
+  for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
+  broadcast_coalesced(*group_, state, root);
+  reducer_->set_divisor(group_->size());
 }
 
 std::vector<BucketInfo> DataParallel::buckets() const {
@@ -147,7 +187,13 @@ bool DataParallel::buckets_rebuilt() const {
   return reducer_->rebuilt();
 }
 
+void DataParallel::register_comm_hook(CommHook hook) {
+  reducer_->set_comm_hook(std::move(hook));
+  has_comm_hook_ = true;
+}
+
 std::string DataParallel::transport() const {
+  if (has_comm_hook_) return "comm hook";
   return reducer_->uses_shared_memory() ? "shared memory" : group_->backend_name();
 }
 

@@ -275,8 +275,13 @@ void Reducer::mark_ready(size_t index, bool got_gradient) {
 
 void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    Bucket& b = buckets_[next_launch_++];
+    const size_t index = next_launch_++;
+    Bucket& b = buckets_[index];
     b.launched = true;
+    if (comm_hook_) {
+      launch_hook(index);  // also alone: a hook may keep per-iteration state
+      continue;
+    }
     if (!communicates()) continue;
     if (shm_) {
       b.work = shm_->all_reduce(b.shm_offset, b.flat.numel(), b.flat.scalar_type());
@@ -304,10 +309,7 @@ void Reducer::finalize() {
     if (options_.static_graph) static_unused_ = missing;
     reduce_usage();  // after every bucket was launched: the same order on every rank
   }
-  for (Bucket& b : buckets_) {
-    b.work.wait();
-    if (b.wire.defined() && communicates()) b.flat.copy_(b.wire);
-  }
+  for (Bucket& b : buckets_) wait_bucket(b);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (usage_known_ && globally_unused_[i]) continue;  // as PyTorch: .grad left untouched
     const Slot& slot = slots_[i];
@@ -343,7 +345,7 @@ void Reducer::fail_missing(const std::vector<size_t>& missing) {
   for (Bucket& b : buckets_) {
     if (!b.launched) continue;
     try {
-      b.work.wait();
+      wait_bucket(b);
     } catch (...) {  // the error below is the one to report
     }
   }
@@ -363,15 +365,22 @@ void Reducer::fail_missing(const std::vector<size_t>& missing) {
               "wrapping the module, or set DdpOptions::find_unused_parameters");
 }
 
-void Reducer::reduce_usage() {
-  at::Tensor used = at::empty({static_cast<int64_t>(params_.size())}, at::kInt);
-  for (size_t i = 0; i < used_.size(); ++i) used[static_cast<int64_t>(i)] = used_[i];
+void Reducer::reduce_usage(bool shadow) {
+  const auto n = static_cast<int64_t>(params_.size());
+  at::Tensor used = at::zeros({n}, at::kInt);
+  int* mine = used.data_ptr<int>();
+  if (!shadow) {
+    for (int64_t i = 0; i < n; ++i) mine[i] = used_[static_cast<size_t>(i)];
+  } else if (compat::kJoinedRankResendsUsage && reduced_usage_.size() == params_.size()) {
+    for (int64_t i = 0; i < n; ++i) mine[i] = reduced_usage_[static_cast<size_t>(i)];
+  }
   if (communicates()) {
     used = used.to(group_.device());
     group_.all_reduce(used);
     used = used.cpu();
   }
   const int* sums = used.data_ptr<int>();
+  reduced_usage_.assign(sums, sums + n);
   for (size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = sums[i] == 0;
   usage_known_ = true;
 }
@@ -418,6 +427,7 @@ void Reducer::reset() {
     b.pending = b.params.size();
     b.launched = false;
     b.work = Work();
+    b.future = TensorFuture();
   }
   next_launch_ = 0;
   static_unused_marked_ = false;

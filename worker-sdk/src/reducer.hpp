@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compat.hpp"
+#include "ddprun/comm_hooks.hpp"
 #include "ddprun/data_parallel.hpp"
 #include "ddprun/process_group.hpp"
 #include "shm_allreduce.hpp"
@@ -30,6 +31,13 @@ class Reducer {
 
   // Whether the next backward all-reduces (false under no_sync).
   void set_sync(bool sync);
+  // Buckets go to `hook` instead of the built-in all-reduce. Before the first backward only.
+  void set_comm_hook(CommHook hook);
+  // The built-in reduction averages over `ranks` (default: the group's size); under a Join
+  // that does not divide by the initial world size, the ranks still training.
+  void set_divisor(int ranks);
+  // A joined rank's stand-in for a synchronised backward: the same collectives, with zeros.
+  void shadow_backward();
   std::vector<BucketInfo> layout() const;
   bool uses_shared_memory() const { return shm_ != nullptr; }
 
@@ -52,6 +60,7 @@ class Reducer {
     size_t pending = 0;             // gradients still missing in this backward
     bool launched = false;
     Work work;
+    TensorFuture future;  // with a communication hook, instead of `work`
   };
   struct Slot {
     size_t bucket = 0;
@@ -67,9 +76,13 @@ class Reducer {
   // marked as unused.
   void mark_ready(size_t index, bool got_gradient);
   void launch_ready_buckets();    // in index order, as far as complete
+  void launch_hook(size_t index);
+  void wait_bucket(Bucket& b);    // its reduction done, the result in b.flat
   void finalize();                // end of backward (autograd engine callback)
   void fail_missing(const std::vector<size_t>& missing);
-  void reduce_usage();            // which parameters no rank used (globally_unused_)
+  // Which parameters no rank used (globally_unused_). `shadow`: this rank has joined and
+  // contributes no usage of its own (see compat::kJoinedRankResendsUsage).
+  void reduce_usage(bool shadow = false);
   void reset();
   // Unused parameters found at backward's end: find_unused_parameters alone, or static_graph's
   // first iteration (which learns the set).
@@ -98,6 +111,7 @@ class Reducer {
   std::vector<compat::GradAccumulatorPtr> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   std::unique_ptr<ShmAllReduce> shm_;  // same-host transport for the buckets, when usable
+  CommHook comm_hook_;                 // empty: the built-in all-reduce (shm_ or the group)
 
   mutable std::mutex mu_;
   bool sync_ = true;
@@ -107,6 +121,7 @@ class Reducer {
   int64_t iteration_ = 0;                // synchronised backwards completed
   std::vector<uint8_t> used_;            // got a gradient since the last synchronised backward
   std::vector<uint8_t> globally_unused_; // no rank used it (.grad is left alone)
+  std::vector<int> reduced_usage_;       // the last usage all-reduce's sums, per parameter
   bool usage_known_ = false;             // globally_unused_ is valid
   std::vector<size_t> static_unused_;    // static_graph: this rank's unused set, learned
   bool static_unused_marked_ = false;    // marked ready in this backward already

@@ -37,7 +37,8 @@
 // - buckets are rebuilt once, before the first forward after the first synchronised backward
 //   (the second with static_graph; never with find_unused_parameters alone), in the order the
 //   gradients became ready there: rank 0's order, broadcast, so every rank has the same layout;
-// - optional fp16/bf16 compression of gradients on the wire;
+// - optional fp16/bf16 compression of gradients on the wire; communication hooks
+//   (register_comm_hook: all-reduce, fp16/bf16 compression, PowerSGD, or the user's own);
 // - on one host with CPU tensors, buckets are reduced through shared memory (DdpOptions).
 //
 // Threads: forward/backward from one thread at a time (the autograd engine may run the hooks on
@@ -53,6 +54,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddprun/comm_hooks.hpp"
+#include "ddprun/join.hpp"
 #include "ddprun/process_group.hpp"
 
 namespace ddprun {
@@ -89,17 +92,23 @@ struct BucketInfo {
 class Reducer;  // the bucketing engine (internal)
 
 // The non-template part of DistributedDataParallel; usable on its own by calling
-// prepare_forward() before each forward of the wrapped module.
-class DataParallel {
+// prepare_forward() before each forward of the wrapped module. A Joinable (join.hpp): under a
+// Join, ranks may run different numbers of iterations.
+class DataParallel : public Joinable {
  public:
   DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> group,
                DdpOptions options = {});
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   // Broadcasts buffers (when enabled) and fixes whether the coming backward synchronises.
   void prepare_forward();
+
+  // Joinable (see join.hpp).
+  void join_shadow(const JoinRound& round) override;
+  void join_finish(bool is_last_joiner) override;
+  ProcessGroup& join_process_group() override { return *group_; }
 
   // RAII: while alive, forwards are run without gradient synchronisation.
   class NoSyncGuard {
@@ -115,8 +124,14 @@ class DataParallel {
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  // Buckets are reduced by `hook` from now on (see comm_hooks.hpp): once, before the first
+  // backward, on every rank. Replaces the built-in all-reduce, the shared-memory transport and
+  // DdpOptions::compression (which must be off).
+  void register_comm_hook(CommHook hook);
+
   const DdpOptions& options() const { return options_; }
-  // How buckets are reduced: "shared memory", or the process group's backend ("gloo", "nccl").
+  // How buckets are reduced: "comm hook", "shared memory", or the process group's backend
+  // ("gloo", "nccl").
   std::string transport() const;
   ProcessGroup& process_group() const { return *group_; }
   std::vector<BucketInfo> buckets() const;
@@ -131,8 +146,15 @@ class DataParallel {
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   DdpOptions options_;
+  // Broadcasts the buffers from rank 0, or under a Join from the highest rank still training
+  // (`training`: whether this rank is).
+  void sync_buffers(bool training);
+  // The highest rank for which `candidate` is true, agreed by all (a collective).
+  int highest_rank_where(bool candidate);
+
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
+  bool has_comm_hook_ = false;
 };
 
 namespace detail {
