@@ -52,10 +52,16 @@ uint64_t derive_seed(uint64_t seed, uint64_t k) {
 
 // One matrix of a bucket that is compressed, and where its P and Q live in the packed tensors.
 struct Compressed {
-  at::Tensor matrix;  // n x m view of the bucket
+  at::Tensor matrix;  // n x m: what is compressed (the bucket, or its error-corrected copy)
+  at::Tensor target;  // n x m view of the bucket: receives the approximation
   int64_t rank = 0;
   int64_t p_offset = 0, q_offset = 0;
 };
+
+// `g` (a view of `buffer`) as the same elements of `other`, which is laid out like `buffer`.
+at::Tensor same_place(const at::Tensor& g, const at::Tensor& buffer, const at::Tensor& other) {
+  return other.narrow(0, g.storage_offset() - buffer.storage_offset(), g.numel()).view(g.sizes());
+}
 
 at::Tensor slice_matrix(const at::Tensor& flat, int64_t offset, int64_t rows, int64_t cols) {
   return flat.narrow(0, offset, rows * cols).view({rows, cols});
@@ -109,22 +115,26 @@ CommHook powerSGD(std::shared_ptr<PowerSGDState> state) {
     }
 
     const size_t index = bucket.index();
-    at::Tensor input_copy;  // with error feedback: what compression starts from
+    // With error feedback, compression starts from gradient + last error, formed in the error
+    // buffer itself, which becomes the new error (that minus the result) at the end: one buffer
+    // reused in place, and the bucket is only written with the result.
+    at::Tensor source = input;
     if (o.use_error_feedback) {
-      auto it = state->error.find(index);
-      if (it != state->error.end() && it->second.numel() == input.numel()) {
-        input.add_(it->second);
+      at::Tensor& error = state->error[index];
+      if (error.defined() && error.numel() == input.numel()) {
+        error.add_(input);
       } else {
-        state->error[index] = at::zeros_like(input);
+        error = input.clone();
       }
-      input_copy = input.clone();
+      source = error;
     }
 
     // Which tensors are worth compressing.
     std::vector<Compressed> matrices;
-    std::vector<at::Tensor> uncompressed;
+    std::vector<at::Tensor> uncompressed, targets;  // targets: the same tensors in the bucket
     int64_t p_size = 0, q_size = 0;
-    for (const at::Tensor& g : bucket.gradients()) {
+    for (const at::Tensor& grad : bucket.gradients()) {
+      const at::Tensor g = same_place(grad, input, source);
       const int64_t n = g.dim() >= 1 ? g.size(0) : 0;
       const int64_t m = n > 0 ? g.numel() / n : 0;
       const int64_t r =
@@ -132,12 +142,13 @@ CommHook powerSGD(std::shared_ptr<PowerSGDState> state) {
       state->numel_before_compression += g.numel();
       if (g.dim() >= 1 &&
           static_cast<double>((n + m) * r) * o.min_compression_rate < static_cast<double>(n * m)) {
-        matrices.push_back(Compressed{g.view({n, m}), r, p_size, q_size});
+        matrices.push_back(Compressed{g.view({n, m}), grad.view({n, m}), r, p_size, q_size});
         p_size += n * r;
         q_size += m * r;
         state->numel_after_compression += (n + m) * r;
       } else {
         uncompressed.push_back(g);
+        targets.push_back(grad);
         state->numel_after_compression += g.numel();
       }
     }
@@ -184,17 +195,17 @@ CommHook powerSGD(std::shared_ptr<PowerSGDState> state) {
     // (one more all-reduce), M = P Q^T / world.
     at::Tensor p_mem = p_all, q_mem = q_all;
     return TensorFuture::after(packed_work, packed)
-        .then([uncompressed, world](at::Tensor reduced) {
+        .then([targets, world](at::Tensor reduced) {
           int64_t offset = 0;
           reduced.div_(world);
-          for (const at::Tensor& t : uncompressed) {
+          for (const at::Tensor& t : targets) {
             at::Tensor dst = t;
             dst.copy_(reduced.narrow(0, offset, t.numel()).view(t.sizes()));
             offset += t.numel();
           }
           return reduced;
         })
-        .then([state, matrices, p_mem, q_mem, p_work, input, input_copy, world,
+        .then([state, matrices, p_mem, q_mem, p_work, input, source, world,
                index](at::Tensor) mutable {
           ProcessGroup& group = *state->group;
           const PowerSGDOptions& o = state->options;
@@ -212,11 +223,11 @@ CommHook powerSGD(std::shared_ptr<PowerSGDState> state) {
             for (const Compressed& c : matrices) {
               at::Tensor p = slice_matrix(p_mem, c.p_offset, c.matrix.size(0), c.rank);
               at::Tensor q = slice_matrix(q_mem, c.q_offset, c.matrix.size(1), c.rank);
-              at::Tensor m = c.matrix;
+              at::Tensor m = c.target;
               at::mm_out(m, p, q.t());  // M ~ P Q^T
             }
           }
-          if (o.use_error_feedback) state->error[index] = input_copy.sub_(input);
+          if (o.use_error_feedback) source.sub_(input);  // state->error[index], in place
           if (!o.warm_start) {
             state->p.erase(index);
             state->q.erase(index);
