@@ -19,19 +19,9 @@
 #include <string>
 
 #include "ddprun/ddp.hpp"
+#include "tool_util.hpp"
 
 namespace {
-
-// Weights from a formula, not an RNG, so that both sides start identically.
-void init_deterministic(torch::nn::Module& m) {
-  torch::NoGradGuard no_grad;
-  int k = 0;
-  for (auto& p : m.parameters()) {
-    auto t = torch::arange(p.numel()).to(torch::kFloat);
-    p.copy_((torch::sin(t * 0.7 + k) * 0.3).reshape(p.sizes()));
-    ++k;
-  }
-}
 
 // "branch": an extra head taken on some steps/ranks only, and one never used.
 // "frozen": a frozen head (requires_grad false) and a dead one (no gradient: run under no_grad).
@@ -49,7 +39,7 @@ struct NetImpl : torch::nn::Module {
       extra = register_module("extra", torch::nn::Linear(8, 4));
       never = register_module("never", torch::nn::Linear(3, 3));
     }
-    init_deterministic(*this);
+    sdk_tool::init_deterministic(*this);
     if (kind == "frozen") {
       for (auto& p : extra->parameters()) p.set_requires_grad(false);
     }
@@ -84,18 +74,11 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-std::string json_list(const std::vector<size_t>& v) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
-  s << "]";
-  return s.str();
-}
-
 std::string json_buckets(const std::vector<ddprun::BucketInfo>& buckets) {
   std::ostringstream s;
   s << "[";
-  for (size_t i = 0; i < buckets.size(); ++i) s << (i ? "," : "") << json_list(buckets[i].parameters);
+  for (size_t i = 0; i < buckets.size(); ++i)
+    s << (i ? "," : "") << sdk_tool::json_list(buckets[i].parameters);
   s << "]";
   return s.str();
 }
@@ -104,10 +87,12 @@ std::string json_buckets(const std::vector<ddprun::BucketInfo>& buckets) {
 
 int main(int argc, char** argv) {
   return ddprun::record([&] {
-    std::map<std::string, std::string> args{{"--mode", "default"}, {"--model", "branch"},
-                                            {"--pattern", "always"}, {"--steps", "6"},
-                                            {"--hook", "none"}};
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+    auto args = sdk_tool::parse_args(argc, argv,
+                                     {{"--mode", "default"},
+                                      {"--model", "branch"},
+                                      {"--pattern", "always"},
+                                      {"--steps", "6"},
+                                      {"--hook", "none"}});
     const std::string mode = args["--mode"], pattern = args["--pattern"];
     const int steps = std::stoi(args["--steps"]);
 
@@ -164,7 +149,7 @@ int main(int argc, char** argv) {
     }
     out << "}, \"grad_none\": [" << none.str() << "], \"buckets\": " << json_buckets(ddp.buckets())
         << ", \"initial_buckets\": " << initial
-        << ", \"ready_order\": " << json_list(ddp.grad_ready_order())
+        << ", \"ready_order\": " << sdk_tool::json_list(ddp.grad_ready_order())
         << ", \"rebuilt\": " << (ddp.buckets_rebuilt() ? "true" : "false") << "}\n";
     std::ofstream(args["--out"] + "/cpp_rank" + std::to_string(rank) + ".json") << out.str();
     pg->barrier();

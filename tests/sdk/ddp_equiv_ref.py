@@ -12,21 +12,14 @@ Writes DIR/py_rank<R>.json with the keys ddp_equiv.cpp writes (no ready_order: P
 private; the rebuilt bucket layout shows it).
 """
 import argparse
-import gc
 import json
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-
-def init_deterministic(module):
-    with torch.no_grad():
-        for k, p in enumerate(module.parameters()):
-            t = torch.arange(p.numel()).to(torch.float)
-            p.copy_((torch.sin(t * 0.7 + k) * 0.3).reshape(p.shape))
+import reftool
 
 
 class Net(torch.nn.Module):
@@ -42,7 +35,7 @@ class Net(torch.nn.Module):
             self.fc2 = torch.nn.Linear(8, 4)
             self.extra = torch.nn.Linear(8, 4)
             self.never = torch.nn.Linear(3, 3)
-        init_deterministic(self)
+        reftool.init_deterministic(self)
         if kind == "frozen":
             for p in self.extra.parameters():
                 p.requires_grad_(False)
@@ -119,13 +112,8 @@ def main():
         json.dump(report, f)
     # Tear down as examples/python/ddp_gloo.py does (torch 1.13's Gloo exit-time deadlock).
     del ddp, opt, trainable
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    reftool.tear_down()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    reftool.run(main)

@@ -7,22 +7,14 @@ the two in step): the reference test_join.py compares the C++ SDK's Join with.
 Writes DIR/py_rank<R>.json with the keys join_worker.cpp writes.
 """
 import argparse
-import contextlib
-import gc
 import json
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-
-def init_deterministic(module):
-    with torch.no_grad():
-        for k, p in enumerate(module.parameters()):
-            t = torch.arange(p.numel()).to(torch.float)
-            p.copy_((torch.sin(t * 0.7 + k) * 0.3).reshape(p.shape))
+import reftool
 
 
 class Net(torch.nn.Module):
@@ -32,7 +24,7 @@ class Net(torch.nn.Module):
         self.bn = torch.nn.BatchNorm1d(8)
         self.fc2 = torch.nn.Linear(8, 4)
         self.extra = torch.nn.Linear(8, 4)
-        init_deterministic(self)
+        reftool.init_deterministic(self)
 
     def forward(self, x, use_extra):
         h = torch.tanh(self.bn(self.fc1(x)))
@@ -99,14 +91,9 @@ def main():
         json.dump(report, f)
     # Tear down as examples/python/ddp_gloo.py does (torch 1.13's Gloo exit-time deadlock).
     del ddp, opt
-    gc.collect()
     if error is None:
-        dist.barrier()
-        dist.destroy_process_group()
+        reftool.tear_down()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    reftool.run(main)

@@ -17,18 +17,9 @@
 #include <vector>
 
 #include "ddprun/ddp.hpp"
+#include "tool_util.hpp"
 
 namespace {
-
-void init_deterministic(torch::nn::Module& m) {
-  torch::NoGradGuard no_grad;
-  int k = 0;
-  for (auto& p : m.parameters()) {
-    auto t = torch::arange(p.numel()).to(torch::kFloat);
-    p.copy_((torch::sin(t * 0.7 + k) * 0.3).reshape(p.sizes()));
-    ++k;
-  }
-}
 
 // A BatchNorm (buffers: running statistics) between two layers, and an extra head used on some
 // steps only (for find_unused_parameters).
@@ -38,7 +29,7 @@ struct NetImpl : torch::nn::Module {
     bn = register_module("bn", torch::nn::BatchNorm1d(8));
     fc2 = register_module("fc2", torch::nn::Linear(8, 4));
     extra = register_module("extra", torch::nn::Linear(8, 4));
-    init_deterministic(*this);
+    sdk_tool::init_deterministic(*this);
   }
   torch::Tensor forward(torch::Tensor x, bool use_extra) {
     auto h = torch::tanh(bn(fc1(x)));
@@ -71,10 +62,12 @@ std::string json_tensors(const torch::OrderedDict<std::string, torch::Tensor>& i
 
 int main(int argc, char** argv) {
   return ddprun::record([&] {
-    std::map<std::string, std::string> args{{"--divide-initial", "1"}, {"--find-unused", "0"},
-                                            {"--throw-early", "0"}, {"--hook", "none"},
-                                            {"--no-sync-every", "0"}};
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+    auto args = sdk_tool::parse_args(argc, argv,
+                                     {{"--divide-initial", "1"},
+                                      {"--find-unused", "0"},
+                                      {"--throw-early", "0"},
+                                      {"--hook", "none"},
+                                      {"--no-sync-every", "0"}});
     ddprun::InitOptions io;
     io.backend = ddprun::Backend::kGloo;
     auto pg = ddprun::init_process_group(io);
@@ -98,23 +91,26 @@ int main(int argc, char** argv) {
 
     std::string error;
     try {
-      ddprun::join({&ddp}, [&] {
-        for (int step = 0; step < mine; ++step) {
-          auto base = torch::arange(8 * 6).to(torch::kFloat).reshape({8, 6});
-          auto x = torch::sin(base * 0.37 + static_cast<float>(step * 7 + rank * 3));
-          auto y = torch::cos(torch::arange(8 * 4).to(torch::kFloat).reshape({8, 4}) * 0.23 +
-                              static_cast<float>(step + rank));
-          const bool use_extra = !find_unused || (step + rank) % 3 == 0;
-          if (no_sync_every > 0 && step % no_sync_every == 0) {
-            auto guard = ddp.no_sync();  // accumulates; the next step reduces the sum
-            torch::mse_loss(ddp(x, use_extra), y).backward();
-            continue;
-          }
-          torch::mse_loss(ddp(x, use_extra), y).backward();
-          opt.step();
-          opt.zero_grad();
-        }
-      }, jo);
+      ddprun::join(
+          {&ddp},
+          [&] {
+            for (int step = 0; step < mine; ++step) {
+              auto base = torch::arange(8 * 6).to(torch::kFloat).reshape({8, 6});
+              auto x = torch::sin(base * 0.37 + static_cast<float>(step * 7 + rank * 3));
+              auto y = torch::cos(torch::arange(8 * 4).to(torch::kFloat).reshape({8, 4}) * 0.23 +
+                                  static_cast<float>(step + rank));
+              const bool use_extra = !find_unused || (step + rank) % 3 == 0;
+              if (no_sync_every > 0 && step % no_sync_every == 0) {
+                auto guard = ddp.no_sync();  // accumulates; the next step reduces the sum
+                torch::mse_loss(ddp(x, use_extra), y).backward();
+                continue;
+              }
+              torch::mse_loss(ddp(x, use_extra), y).backward();
+              opt.step();
+              opt.zero_grad();
+            }
+          },
+          jo);
     } catch (const ddprun::Error& e) {
       if (!jo.throw_on_early_termination) throw;
       error = e.what();
@@ -123,7 +119,8 @@ int main(int argc, char** argv) {
     std::ostringstream out;
     if (!error.empty()) {
       std::string quoted;
-      for (char c : error) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+      for (char c : error)
+        quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
       out << "{\"error\": \"" << quoted << "\"}\n";
     } else {
       out << "{\"params\": " << json_tensors(net->named_parameters())

@@ -8,11 +8,9 @@ Rank 0 writes DIR/py.json: {"loss": [...], "bytes": [...], "iter": N}. Bytes are
 wrapping torch.distributed.all_reduce, which the hooks call for every collective they issue.
 """
 import argparse
-import gc
 import json
 import math
 import os
-import sys
 import threading
 
 import torch
@@ -20,6 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
+
+import reftool
 
 
 class Mlp(torch.nn.Module):
@@ -131,13 +131,8 @@ def main():
     # Tear down as ddp_equiv_ref.py does (torch 1.13's Gloo exit-time deadlock).
     dist.all_reduce = real_all_reduce
     del ddp, opt, state
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    reftool.tear_down()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    reftool.run(main)

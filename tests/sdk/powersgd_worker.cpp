@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ddprun/ddp.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
@@ -47,23 +48,17 @@ void init_weights(torch::nn::Module& m) {
   }
 }
 
-std::string json_list(const std::vector<double>& v) {
-  std::ostringstream s;
-  s.precision(9);
-  s << "[";
-  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
-  s << "]";
-  return s.str();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   return ddprun::record([&] {
-    std::map<std::string, std::string> args{{"--model", "small"}, {"--hook", "powersgd"},
-                                            {"--steps", "100"},   {"--rank", "2"},
-                                            {"--start", "10"},    {"--seed", "0"}};
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+    auto args = sdk_tool::parse_args(argc, argv,
+                                     {{"--model", "small"},
+                                      {"--hook", "powersgd"},
+                                      {"--steps", "100"},
+                                      {"--rank", "2"},
+                                      {"--start", "10"},
+                                      {"--seed", "0"}});
     const bool bench = args["--model"] == "bench";
     const int steps = std::stoi(args["--steps"]);
 
@@ -103,7 +98,8 @@ int main(int argc, char** argv) {
     } else {
       auto inner = ddprun::hooks::allreduce(pg);
       ddp.register_comm_hook([inner, &plain_bytes](ddprun::GradBucket& bucket) {
-        plain_bytes += bucket.buffer().numel() * static_cast<int64_t>(bucket.buffer().element_size());
+        plain_bytes +=
+            bucket.buffer().numel() * static_cast<int64_t>(bucket.buffer().element_size());
         return inner(bucket);
       });
     }
@@ -128,7 +124,8 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       std::ofstream(args["--out"] + "/cpp.json")
-          << "{\"loss\": " << json_list(losses) << ", \"bytes\": " << json_list(bytes)
+          << "{\"loss\": " << sdk_tool::json_list(losses)
+          << ", \"bytes\": " << sdk_tool::json_list(bytes)
           << ", \"iter\": " << (state ? state->iter : steps) << "}\n";
     }
     pg->barrier();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ddprun/ddp.hpp"
+#include "tool_util.hpp"
 
 namespace {
 
@@ -102,9 +103,8 @@ std::string json_named(const torch::OrderedDict<std::string, torch::Tensor>& ite
 
 int main(int argc, char** argv) {
   return ddprun::record([&] {
-    std::map<std::string, std::string> args{
-        {"--split", "even"}, {"--loss", "scaled"}, {"--steps", "4"}, {"--out", "."}};
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+    auto args = sdk_tool::parse_args(
+        argc, argv, {{"--split", "even"}, {"--loss", "scaled"}, {"--steps", "4"}, {"--out", "."}});
     const int steps = std::stoi(args["--steps"]);
 
     ddprun::InitOptions io;

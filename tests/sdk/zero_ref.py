@@ -9,22 +9,15 @@ state tensors of this rank's optimizer except Adam's "step" (a tensor in Python,
 LibTorch).
 """
 import argparse
-import gc
 import json
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-
-def init_deterministic(module):
-    with torch.no_grad():
-        for k, p in enumerate(module.parameters()):
-            t = torch.arange(p.numel()).to(torch.float)
-            p.copy_((torch.sin(t * 0.7 + k) * 0.3).reshape(p.shape))
+import reftool
 
 
 class Mlp(torch.nn.Module):
@@ -33,7 +26,7 @@ class Mlp(torch.nn.Module):
         self.n = len(sizes) - 1
         for i in range(self.n):
             setattr(self, f"fc{i}", torch.nn.Linear(sizes[i], sizes[i + 1]))
-        init_deterministic(self)
+        reftool.init_deterministic(self)
 
     def forward(self, x):
         for i in range(self.n):
@@ -93,13 +86,8 @@ def main():
     # Tear down as examples/python/ddp_gloo.py does (torch 1.13's Gloo exit-time deadlock; 2.x
     # can abort in the group's destructor at interpreter exit, hence os._exit below).
     del ddp, opt, params
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    reftool.tear_down()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    reftool.run(main)

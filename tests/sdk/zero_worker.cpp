@@ -17,19 +17,9 @@
 #include <vector>
 
 #include "ddprun/ddp.hpp"
+#include "tool_util.hpp"
 
 namespace {
-
-// Weights from a formula, not an RNG, so that both sides start identically.
-void init_deterministic(torch::nn::Module& m) {
-  torch::NoGradGuard no_grad;
-  int k = 0;
-  for (auto& p : m.parameters()) {
-    auto t = torch::arange(p.numel()).to(torch::kFloat);
-    p.copy_((torch::sin(t * 0.7 + k) * 0.3).reshape(p.sizes()));
-    ++k;
-  }
-}
 
 // fc0, fc1, ...: Linear layers of the given sizes with tanh between them.
 struct MlpImpl : torch::nn::Module {
@@ -38,7 +28,7 @@ struct MlpImpl : torch::nn::Module {
       layers.push_back(
           register_module("fc" + std::to_string(i), torch::nn::Linear(sizes[i], sizes[i + 1])));
     }
-    init_deterministic(*this);
+    sdk_tool::init_deterministic(*this);
   }
   torch::Tensor forward(torch::Tensor x) {
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -58,25 +48,16 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   return sizes;
 }
 
-template <typename T>
-std::string json_list(const std::vector<T>& v) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
-  s << "]";
-  return s.str();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   return ddprun::record([&] {
-    std::map<std::string, std::string> args{{"--optim", "sgd"},
-                                            {"--sizes", "6,16,16,4"},
-                                            {"--steps", "5"},
-                                            {"--bucket-view", "0"},
-                                            {"--params", "1"}};
-    for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+    auto args = sdk_tool::parse_args(argc, argv,
+                                     {{"--optim", "sgd"},
+                                      {"--sizes", "6,16,16,4"},
+                                      {"--steps", "5"},
+                                      {"--bucket-view", "0"},
+                                      {"--params", "1"}});
     const auto sizes = parse_sizes(args["--sizes"]);
     const int steps = std::stoi(args["--steps"]);
 
@@ -128,7 +109,8 @@ int main(int argc, char** argv) {
       out << "]";
       first = false;
     }
-    out << "}, \"owners\": " << json_list(opt.owners()) << ", \"numels\": " << json_list(numels)
+    out << "}, \"owners\": " << sdk_tool::json_list(opt.owners())
+        << ", \"numels\": " << sdk_tool::json_list(numels)
         << ", \"local_state_bytes\": " << opt.local_state_bytes() << "}\n";
     std::ofstream(args["--out"] + "/cpp_rank" + std::to_string(rank) + ".json") << out.str();
     pg->barrier();
