@@ -189,11 +189,10 @@ bool DataParallel::buckets_rebuilt() const {
 
 void DataParallel::register_comm_hook(CommHook hook) {
   reducer_->set_comm_hook(std::move(hook));
-  has_comm_hook_ = true;
 }
 
 std::string DataParallel::transport() const {
-  if (has_comm_hook_) return "comm hook";
+  if (reducer_->has_comm_hook()) return "comm hook";
   return reducer_->uses_shared_memory() ? "shared memory" : group_->backend_name();
 }
 

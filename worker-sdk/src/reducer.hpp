@@ -40,6 +40,10 @@ class Reducer {
   void shadow_backward();
   std::vector<BucketInfo> layout() const;
   bool uses_shared_memory() const { return shm_ != nullptr; }
+  bool has_comm_hook() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<bool>(comm_hook_);
+  }
 
   // Called by the accumulator hook of parameter `index` after its .grad was updated.
   void on_grad_ready(size_t index);

@@ -154,7 +154,6 @@ class DataParallel : public Joinable {
 
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
-  bool has_comm_hook_ = false;
 };
 
 namespace detail {
