@@ -1,5 +1,8 @@
 #include "store/connection.hpp"
 
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -20,30 +23,30 @@ constexpr size_t kHighWater = 4 << 20;
 // Bytes read from one connection in one go before others get a turn.
 constexpr size_t kMaxBurst = 1 << 20;
 
-bool is_would_block(const boost::system::error_code& ec) {
-  return ec == asio::error::would_block || ec == asio::error::try_again;
-}
-
 }  // namespace
 
-Connection::Connection(std::shared_ptr<detail::ServerCore> core, detail::ClientSocket socket,
+Connection::Connection(std::shared_ptr<detail::ServerCore> core, sys::UniqueFd fd,
                        const tcp::endpoint& peer)
     : core_(std::move(core)),
-      socket_(std::move(socket)),
+      fd_(std::move(fd)),
       peer_(peer),
       session_(core_->state, core_->options.limits, *this, core_->options.token) {
   core_->add(*this);
 }
 
 Connection::~Connection() {
+  core_->poller.remove(token_);
   core_->remove(*this);
 }
 
 void Connection::start() {
-  boost::system::error_code ec;
-  socket_.set_option(tcp::no_delay(true), ec);
-  socket_.non_blocking(true, ec);
-  if (ec) return close();
+  token_ = core_->poller.add(fd_.get(), *this);
+  if (token_ == 0) {
+    sys::log_line(core_->options.log_prefix,
+                  "cannot serve " + peer() + ": epoll_ctl: " + std::strerror(errno));
+    return;  // nothing holds the connection: it ends with the caller's reference
+  }
+  self_ = shared_from_this();
   if (session_.authenticating()) arm_auth_deadline();
   // The client may have sent its first request before the accept: read at once.
   on_readable();
@@ -51,7 +54,7 @@ void Connection::start() {
 
 // A store with a token does not let a stranger hold a connection open without proving itself.
 void Connection::arm_auth_deadline() {
-  auth_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  auth_timer_ = std::make_unique<asio::steady_timer>(core_->io);
   auth_timer_->expires_after(core_->options.auth_timeout);
   auth_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || self->closed_ || !self->session_.authenticating()) return;
@@ -62,57 +65,70 @@ void Connection::arm_auth_deadline() {
 void Connection::close() {
   if (closed_) return;
   closed_ = true;
-  boost::system::error_code ignored;
-  socket_.close(ignored);
+  core_->poller.remove(token_);
+  token_ = 0;
+  fd_.reset();
   if (auth_timer_) auth_timer_->cancel();
+  // Not finish() here: close() may run inside another connection's request (a reply that
+  // fails to send while a SET releases waiters), where the will must not change the state.
+  asio::post(core_->io, [self = shared_from_this()] { self->finish(); });
+}
+
+void Connection::on_events(uint32_t events) {
+  if (closed_) return;
+  if (events & EPOLLOUT) flush();
+  if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) peer_shut_ = true;
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) || read_paused_) on_readable();
 }
 
 void Connection::on_readable() {
+  read_paused_ = false;
   size_t total = 0;
+  char* buffer = core_->scratch.get();
   while (!closed_) {
-    if (session_.output().size() > kHighWater) return wait_writable();
-    boost::system::error_code ec;
-    size_t n = socket_.read_some(asio::buffer(core_->scratch.get(), core_->kScratchSize), ec);
-    if (is_would_block(ec)) return wait_readable();
-    if (ec) {
-      if (ec == asio::error::eof) flush(false);  // a half-closed client still gets replies
+    if (session_.output().size() > kHighWater) {
+      read_paused_ = true;  // the send that left this much queued hit a full socket:
+      return;               // its "writable" edge resumes reading
+    }
+    const ssize_t n = ::recv(fd_.get(), buffer, core_->kScratchSize, 0);
+    if (n > 0) {
+      if (!consume(buffer, static_cast<size_t>(n))) break;
+      flush();
+      if (static_cast<size_t>(n) < core_->kScratchSize && !peer_shut_) return;  // emptied
+      total += static_cast<size_t>(n);
+      if (total >= kMaxBurst) {  // others get a turn before this client's next megabyte
+        asio::post(core_->io, [self = shared_from_this()] {
+          if (!self->closed_) self->on_readable();
+        });
+        return;
+      }
+      continue;
+    }
+    if (n == 0) {
+      flush();  // a half-closed client still gets its replies
       break;
     }
-    if (!consume(core_->scratch.get(), n)) break;
-    flush(true);
-    total += n;
-    if (total >= kMaxBurst) {  // others get a turn before this client's next megabyte
-      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->on_readable(); });
-      return;
-    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    break;  // reset or another error
   }
   finish();
-}
-
-void Connection::wait_readable() {
-  socket_.async_wait(tcp::socket::wait_read,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       if (ec || self->closed_) return self->finish();
-                       self->on_readable();
-                     });
-}
-
-// A client that sends without reading its replies is not read from until they drain.
-void Connection::wait_writable() {
-  socket_.async_wait(tcp::socket::wait_write,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       if (ec || self->closed_) return self->finish();
-                       self->flush(false);
-                       self->on_readable();  // waits again while still over the mark
-                     });
 }
 
 void Connection::finish() {
   if (finished_) return;
   finished_ = true;
   if (session_.challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
-  close();
-  session_.fire_will();  // after close(): the will's waiters may be anywhere but here
+  if (!closed_) {
+    closed_ = true;
+    core_->poller.remove(token_);
+    token_ = 0;
+    fd_.reset();
+    if (auth_timer_) auth_timer_->cancel();
+  }
+  session_.fire_will();  // after the close: the will's waiters may be anywhere but here
+  // The handler that called this may still use the object: release it after that handler.
+  if (self_) asio::post(core_->io, [self = std::move(self_)] {});
 }
 
 bool Connection::consume(const char* data, size_t size) {
@@ -125,37 +141,34 @@ bool Connection::consume(const char* data, size_t size) {
   return false;
 }
 
-void Connection::flush(bool arm) {
+// A full socket raises a "writable" edge once it drains, which sends the rest.
+int Connection::send_queued() {
   while (!closed_) {
     std::string_view out = session_.output();
-    if (out.empty()) return;
-    boost::system::error_code ec;
-    size_t n = socket_.write_some(asio::buffer(out.data(), out.size()), ec);
-    session_.consume_output(n);
-    if (is_would_block(ec)) {
-      if (arm && !write_armed_) arm_write();
-      return;
+    if (out.empty()) return 0;
+    const ssize_t n = ::send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL);
+    if (n >= 0) {
+      session_.consume_output(static_cast<size_t>(n));
+      continue;
     }
-    if (ec) return close();  // peer gone: the read side ends the coroutine
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return errno;
   }
+  return 0;
+}
+
+void Connection::flush() {
+  if (send_queued() != 0) close();  // the peer is gone
 }
 
 void Connection::on_keep_alive(int64_t interval_ms, uint32_t probes) {
+  if (closed_) return;
   int n = static_cast<int>(std::min<uint32_t>(probes, 1000));
-  if (!socket_io::set_keep_alive(socket_.native_handle(), std::chrono::milliseconds(interval_ms),
-                                 n)) {
+  if (!socket_io::set_keep_alive(fd_.get(), std::chrono::milliseconds(interval_ms), n)) {
     sys::log_line(core_->options.log_prefix,
                   "cannot enable keep-alive for " + peer() + ": " + std::strerror(errno));
   }
-}
-
-void Connection::arm_write() {
-  write_armed_ = true;
-  socket_.async_wait(tcp::socket::wait_write,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       self->write_armed_ = false;
-                       if (!ec) self->flush(true);
-                     });
 }
 
 void Connection::drop(const std::string& reason) {
@@ -173,7 +186,7 @@ void Connection::drop(const std::string& reason) {
 void Connection::refuse(const char* reason, bool send_queued) {
   if (!refusal_logged_) core_->refusals.refused(peer(), reason);
   refusal_logged_ = true;
-  if (send_queued) flush(false);
+  if (send_queued) flush();
   close();
 }
 

@@ -1,51 +1,66 @@
-// One accepted client socket on the server's io_context. When the socket is readable it reads
-// everything there is, until the kernel says "would block", into the server's one shared
-// buffer (the io_context thread is its only user), feeds its Session and writes the replies
-// with non-blocking sends, waiting for writability only when the peer is slow. An idle
-// connection therefore holds no buffer and no coroutine frame: the object, the session and
-// one pending readiness wait (whose handler owns the Connection through a shared_ptr). The
-// ServerCore lists it so close() can reach it.
+// One accepted client socket, on the server's Poller (edge-triggered). When the socket is
+// readable it reads into the server's one shared buffer (the io_context thread is its only
+// user), feeds its Session and writes the replies with non-blocking sends; output that does not
+// fit waits for the socket's next "writable" edge. An idle connection therefore holds no buffer
+// and no pending operation: the object, the session and a Poller slot. The ServerCore lists it
+// so close() can reach it.
 //
-// Reading to "would block" before every wait is what makes the wait safe on asio's
-// edge-triggered epoll reactor: data that arrives after that read raises a new edge.
+// Edge-triggered epoll reports new input once, so the input must be read up to "would block"
+// before the next wait. A read that returns less than it asked for has emptied the socket (TCP
+// copies whatever is queued), so it ends the turn without the extra read that would only say
+// EAGAIN; unless the peer already shut down its side, whose end-of-file raised no new edge.
+//
+// Lifetime: the connection owns itself (self_) from start() until finish(), which hands that
+// reference to a posted handler, so the object outlives the handler that ended it.
+//
+// Replies to the connection's own requests are sent as they are made. Output that another
+// connection's request produced (its WAIT released by their SET) is sent by
+// ServerCore::flush_deferred, after that request's handler.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
 
+#include "store/poller.hpp"
 #include "store/server_core.hpp"
 #include "store/session.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store {
 
-class Connection final : public std::enable_shared_from_this<Connection>, private OutputListener {
+class Connection final : public std::enable_shared_from_this<Connection>,
+                         private detail::PollHandler,
+                         private OutputListener {
  public:
-  // `peer` comes from accept(2), which still knows it when the client already reset.
-  Connection(std::shared_ptr<detail::ServerCore> core, detail::ClientSocket socket,
+  // `fd`: accepted, non-blocking. `peer` comes from accept(2), which still knows it when the
+  // client already reset.
+  Connection(std::shared_ptr<detail::ServerCore> core, sys::UniqueFd fd,
              const boost::asio::ip::tcp::endpoint& peer);
   ~Connection();
 
-  // Starts serving on the socket's executor.
+  // Registers with the Poller and serves what the client already sent.
   void start();
-  // Closes the socket; the pending wait's handler then ends the connection.
+  // Closes the socket; the connection ends (its session's will fires) in a posted handler.
   void close();
 
  private:
   friend struct detail::ServerCore;  // the intrusive list links
 
-  // The socket is (or may be) readable: read and serve until it would block, then wait.
+  void on_events(uint32_t events) override;
+  // The socket is (or may be) readable: read and serve until it is empty.
   void on_readable();
-  void wait_readable();
-  void wait_writable();
   // Ends the connection once: the refusal of a client that hung up on our proof, the close,
   // then the session's will.
   void finish();
   bool consume(const char* data, size_t size);
-  void on_output() override { flush(true); }
+  void on_output() override { core_->defer_flush(*this); }
   void on_keep_alive(int64_t interval_ms, uint32_t probes) override;
-  void flush(bool arm);
-  void arm_write();
+  // Sends what the session has queued until it is sent or the socket is full. Returns 0, or
+  // the errno of a failed send. Touches only this socket and this session's output, so a
+  // FanOut helper may run it while the io_context thread waits.
+  int send_queued();
+  void flush();  // send_queued(), closing on failure
   void arm_auth_deadline();
   void drop(const std::string& reason);
   // Logs the refusal (once, rate-limited) and closes; `send_queued`: replies first.
@@ -54,16 +69,21 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
 
   // Declared first: destroyed last, after session_ has unparked from the store state.
   std::shared_ptr<detail::ServerCore> core_;
-  detail::ClientSocket socket_;
+  sys::UniqueFd fd_;
   boost::asio::ip::tcp::endpoint peer_;
   Session session_;
+  std::shared_ptr<Connection> self_;                       // from start() until finish()
   std::unique_ptr<boost::asio::steady_timer> auth_timer_;  // only while authenticating
+  detail::Poller::Token token_ = 0;
   Connection* prev_ = nullptr;
   Connection* next_ = nullptr;
   bool closed_ = false;
   bool finished_ = false;
-  bool write_armed_ = false;
+  bool peer_shut_ = false;    // the peer's FIN (or an error) is known: read to the end
+  bool read_paused_ = false;  // over the output high-water mark: reads resume on "writable"
   bool refusal_logged_ = false;
+  bool flush_deferred_ = false;  // listed in ServerCore::deferred
+  int send_error_ = 0;           // send_queued()'s result in a deferred flush
 };
 
 }  // namespace ddprun::store

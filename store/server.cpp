@@ -1,11 +1,13 @@
 #include "store/server.hpp"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <system_error>
@@ -43,39 +45,6 @@ tcp::endpoint resolve(const std::string& host, uint16_t port) {
   return ep;
 }
 
-asio::awaitable<void> accept_loop(std::shared_ptr<detail::ServerCore> core) {
-  constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-  bool reported = false;
-  tcp::endpoint peer;
-  auto& io = static_cast<asio::io_context&>(core->acceptor.get_executor().context());
-  while (!core->closed) {
-    auto [ec, socket] = co_await core->acceptor.async_accept(io, peer, kUseTuple);
-    if (core->closed || ec == asio::error::operation_aborted) break;
-    if (!ec) {
-      reported = false;
-      if (!core->admit(socket, peer)) continue;
-      try {
-        std::make_shared<Connection>(core, std::move(socket), peer)->start();
-      } catch (const std::exception& e) {
-        sys::log_line(core->options.log_prefix,
-                      std::string("cannot serve a connection: ") + e.what());
-      }
-      continue;
-    }
-    if (!sys::out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
-    if (!reported) {
-      sys::log_line(core->options.log_prefix,
-                    "accept failed: " + sys::accept_failure_text(ec) +
-                        "; new connections wait in the backlog until descriptors free up "
-                        "(logged once until an accept succeeds)");
-      reported = true;
-    }
-    // The pending connection stays in the backlog: back off instead of spinning on it.
-    core->retry_timer.expires_after(std::chrono::milliseconds(50));
-    co_await core->retry_timer.async_wait(kUseTuple);
-  }
-}
-
 }  // namespace
 
 namespace detail {
@@ -108,12 +77,128 @@ bool ServerCore::allowed(const asio::ip::address& address) const {
   return false;
 }
 
-bool ServerCore::admit(ClientSocket& socket, const tcp::endpoint& peer) {
+bool ServerCore::admit(const tcp::endpoint& peer) {
   if (allowed(peer.address())) return true;
   refusals.refused(peer_text(peer), refusal_reason);
-  boost::system::error_code ignored;
-  socket.close(ignored);
   return false;
+}
+
+void ServerCore::serve(sys::UniqueFd fd, const tcp::endpoint& peer) {
+  if (!admit(peer)) return;
+  try {
+    std::make_shared<Connection>(shared_from_this(), std::move(fd), peer)->start();
+  } catch (const std::exception& e) {
+    sys::log_line(options.log_prefix, std::string("cannot serve a connection: ") + e.what());
+  }
+}
+
+void ServerCore::defer_flush(Connection& connection) {
+  if (connection.flush_deferred_ || connection.closed_) return;
+  connection.flush_deferred_ = true;
+  if (deferred.empty()) {
+    asio::post(io, [core = shared_from_this()] { core->flush_deferred(); });
+  }
+  deferred.push_back(connection.shared_from_this());
+}
+
+void ServerCore::flush_deferred() {
+  // Fewer than this are sent on this thread: waking the helpers costs more than it saves.
+  constexpr size_t kFanOutFrom = 64;
+  std::vector<std::shared_ptr<Connection>> batch;
+  batch.swap(deferred);
+  auto send = [&batch](size_t i) {
+    Connection& c = *batch[i];
+    c.send_error_ = c.send_queued();  // this connection's socket and output only
+  };
+  if (batch.size() >= kFanOutFrom) {
+    fan_out.run(batch.size(), send);
+  } else {
+    for (size_t i = 0; i < batch.size(); ++i) send(i);
+  }
+  for (const std::shared_ptr<Connection>& c : batch) {
+    c->flush_deferred_ = false;
+    if (c->send_error_ != 0) c->close();  // the peer is gone
+  }
+}
+
+uint16_t Listener::open(const tcp::endpoint& ep, int backlog, const std::string& what) {
+  tcp::acceptor acceptor(core_.io);
+  sys::open_listener(acceptor, ep, backlog, what);
+  // Linux copies TCP_NODELAY from the listening socket to every socket it accepts: replies
+  // are small and must not wait for Nagle, and this saves a setsockopt per connection.
+  boost::system::error_code ec;
+  acceptor.set_option(tcp::no_delay(true), ec);
+  const uint16_t port = acceptor.local_endpoint().port();
+  fd_.reset(acceptor.release(ec));
+  if (ec) throw std::system_error(ec, what);
+  const int flags = ::fcntl(fd_.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd_.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw std::system_error(errno, std::generic_category(), what);
+  }
+  return port;
+}
+
+void Listener::start() {
+  token_ = core_.poller.add(fd_.get(), *this);
+  if (token_ == 0) throw std::system_error(errno, std::generic_category(), "epoll_ctl");
+  accept_pending();
+}
+
+void Listener::close() {
+  core_.poller.remove(token_);
+  token_ = 0;
+  fd_.reset();
+}
+
+void Listener::on_events(uint32_t) {
+  accept_pending();
+}
+
+// Accepts until the backlog is empty (the next connection raises a new edge), a few hundred at
+// a time so that the clients already in get served between turns.
+void Listener::accept_pending() {
+  constexpr int kPerTurn = 256;
+  for (int i = 0; i < kPerTurn && fd_; ++i) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    sys::UniqueFd fd(::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (fd) {
+      reported_ = false;
+      tcp::endpoint peer;
+      if (len <= peer.capacity()) {
+        peer.resize(len);
+        std::memcpy(peer.data(), &addr, len);
+      }
+      core_.serve(std::move(fd), peer);
+      continue;
+    }
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK) return;
+    if (err == EBADF || err == EINVAL || err == ENOTSOCK || err == EFAULT) return;  // closed
+    const boost::system::error_code ec(err, boost::system::system_category());
+    if (!sys::out_of_resources(ec)) continue;  // that one connection failed (e.g. reset)
+    if (!reported_) {
+      sys::log_line(core_.options.log_prefix,
+                    "accept failed: " + sys::accept_failure_text(ec) +
+                        "; new connections wait in the backlog until descriptors free up "
+                        "(logged once until an accept succeeds)");
+      reported_ = true;
+    }
+    // The pending connection stays in the backlog, and no new edge comes for it: retry after a
+    // pause instead of spinning on it.
+    core_.retry_timer.expires_after(std::chrono::milliseconds(50));
+    core_.retry_timer.async_wait([core = core_.shared_from_this()](
+                                     const boost::system::error_code& timer_ec) {
+      if (!timer_ec && !core->closed) core->listener.accept_pending();
+    });
+    return;
+  }
+  if (fd_) {
+    asio::post(core_.io, [core = core_.shared_from_this()] {
+      if (!core->closed) core->listener.accept_pending();
+    });
+  }
 }
 
 void ServerCore::set_allowed_peers(std::optional<std::vector<asio::ip::address>> peers,
@@ -151,10 +236,10 @@ void ServerCore::remove(Connection& connection) {
 void ServerCore::close() {
   if (closed) return;
   closed = true;
-  boost::system::error_code ignored;
-  acceptor.close(ignored);
+  listener.close();
   retry_timer.cancel();
   for (Connection* c = connections; c != nullptr; c = c->next_) c->close();
+  poller.close();
 }
 
 }  // namespace detail
@@ -163,10 +248,11 @@ Server::Server(asio::io_context& io, ServerOptions options)
     : core_(std::make_shared<detail::ServerCore>(io, std::move(options))) {
   const ServerOptions& opts = core_->options;
   std::string what = sys::endpoint_text(opts.host, opts.port);
-  sys::open_listener(core_->acceptor, resolve(opts.host, opts.port),
-                     opts.backlog > 0 ? opts.backlog : somaxconn(), "cannot listen on " + what);
-  port_ = core_->acceptor.local_endpoint().port();
-  asio::co_spawn(io, accept_loop(core_), asio::detached);
+  port_ = core_->listener.open(resolve(opts.host, opts.port),
+                               opts.backlog > 0 ? opts.backlog : somaxconn(),
+                               "cannot listen on " + what);
+  core_->poller.start(core_);
+  core_->listener.start();
 }
 
 Server::~Server() {

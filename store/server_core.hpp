@@ -1,8 +1,8 @@
 // Internals shared by Server and its connections (not a public header).
 //
-// ServerCore is owned jointly (shared_ptr) by the Server and every connection coroutine, so
-// a Server can be destroyed while the io_context still holds those coroutines: the store
-// state they touch stays valid until the last one ends.
+// ServerCore is owned jointly (shared_ptr) by the Server, every connection and the Poller's
+// pending wait, so a Server can be destroyed while the io_context still holds their handlers:
+// the store state they touch stays valid until the last one ends.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "store/fan_out.hpp"
+#include "store/poller.hpp"
 #include "store/refusal_log.hpp"
 #include "store/server.hpp"
 #include "store/store_state.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::store {
 class Connection;
@@ -23,30 +26,61 @@ class Connection;
 
 namespace ddprun::store::detail {
 
-// A client's socket: bound to the io_context's own executor type rather than
-// any_io_executor, which makes each pending operation (one per idle connection) smaller.
-using ClientSocket =
-    boost::asio::basic_stream_socket<boost::asio::ip::tcp, boost::asio::io_context::executor_type>;
+struct ServerCore;
 
 // "10.0.0.7:51234", "[fe80::1]:29400"; an IPv4-mapped IPv6 peer in its IPv4 form.
 std::string peer_text(const boost::asio::ip::tcp::endpoint& peer);
 
-struct ServerCore {
-  ServerCore(boost::asio::io_context& io, ServerOptions opts)
-      : options(std::move(opts)), acceptor(io), retry_timer(io), refusals(options.log_prefix) {}
+// The listening socket, on the Poller: accepts everything pending (accept4, non-blocking and
+// close-on-exec at once) when it becomes readable, and backs off while out of descriptors.
+class Listener final : public PollHandler {
+ public:
+  explicit Listener(ServerCore& core) : core_(core) {}
+  // Binds and listens (throws like Server's constructor); returns the bound port.
+  uint16_t open(const boost::asio::ip::tcp::endpoint& ep, int backlog, const std::string& what);
+  void start();
+  void close();
+
+ private:
+  void on_events(uint32_t events) override;
+  void accept_pending();
+
+  ServerCore& core_;
+  sys::UniqueFd fd_;
+  Poller::Token token_ = 0;
+  bool reported_ = false;  // the out-of-descriptors line went out since the last accept
+};
+
+struct ServerCore : std::enable_shared_from_this<ServerCore> {
+  ServerCore(boost::asio::io_context& io_context, ServerOptions opts)
+      : options(std::move(opts)),
+        io(io_context),
+        poller(io_context),
+        listener(*this),
+        retry_timer(io_context),
+        refusals(options.log_prefix) {}
 
   void add(Connection& connection);
   void remove(Connection& connection);
   void close();  // stop accepting, close every connection
-  // Whether the allow-list (if any) lets `peer` in; closes and logs it when not.
-  bool admit(ClientSocket& socket, const boost::asio::ip::tcp::endpoint& peer);
+  // Whether the allow-list (if any) lets `peer` in; logs it when not.
+  bool admit(const boost::asio::ip::tcp::endpoint& peer);
+  // Serves an accepted, non-blocking socket.
+  void serve(sys::UniqueFd fd, const boost::asio::ip::tcp::endpoint& peer);
+  // Output that another connection's request produced (a released WAIT) is sent after the
+  // handler that produced it, all such connections together: across the FanOut's threads when
+  // there are many, as when one SET releases every rank of a job.
+  void defer_flush(Connection& connection);
+  void flush_deferred();
   bool allowed(const boost::asio::ip::address& address) const;
   void set_allowed_peers(std::optional<std::vector<boost::asio::ip::address>> peers,
                          std::string reason);
 
   ServerOptions options;
   StoreState state;
-  boost::asio::ip::tcp::acceptor acceptor;
+  boost::asio::io_context& io;
+  Poller poller;  // client sockets and the listener
+  Listener listener;
   boost::asio::steady_timer retry_timer;  // accept back-off when out of file descriptors
   // Shared receive buffer for bursts beyond a connection's small own buffer: the io_context
   // thread is the only user, so idle connections need no large buffer of their own.
@@ -56,6 +90,8 @@ struct ServerCore {
   // Server::set_allowed_peers: nullopt = everyone; addresses in IPv4 form where mapped.
   std::optional<std::vector<boost::asio::ip::address>> allowed_peers;
   std::string refusal_reason;         // the log's reason for a peer not on the list
+  FanOut fan_out{FanOut::default_helpers()};
+  std::vector<std::shared_ptr<Connection>> deferred;  // connections with output to send
   Connection* connections = nullptr;  // intrusive list of open connections
   size_t connection_count = 0;
   bool closed = false;

@@ -3,6 +3,7 @@
 #include "store/server.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -134,6 +135,44 @@ TEST_F(ServerTest, ThousandWaitersReleasedByOneSet) {
   RawConn setter(server_.port());
   setter.send(v1(Op::kSet).str("/go").str("1"));
   for (auto& w : waiters) ASSERT_EQ(w->recv(1), std::string(1, '\x00'));
+}
+
+// One SET releasing more waiters than the server sends on its own thread (the fan-out path),
+// some of which hung up abruptly while parked: the rest get their byte, the server serves on.
+TEST_F(ServerTest, MassReleaseWithVanishedWaitersReachesEveryOther) {
+  std::vector<std::unique_ptr<RawConn>> waiters;
+  for (int i = 0; i < 300; ++i) {
+    waiters.push_back(std::make_unique<RawConn>(server_.port()));
+    waiters.back()->send(torch2_hello() + std::string(v2(Op::kWait).keys({"/mass"})));
+  }
+  auto probe = torch2();
+  probe->send(v2(Op::kGetNumKeys));  // every WAIT above is parked once this is answered
+  EXPECT_EQ(probe->recv(8), i64_bytes(0));
+  for (size_t i = 0; i < waiters.size(); i += 10) {
+    linger hard{1, 0};  // close with RST
+    ::setsockopt(waiters[i]->fd(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    waiters[i].reset();
+  }
+  probe->send(v2(Op::kSet).str("/mass").str("1"));
+  for (auto& w : waiters) {
+    if (w) {
+      ASSERT_EQ(w->recv(1), std::string(1, '\x00'));
+    }
+  }
+  probe->send(v2(Op::kPing).u32(3));
+  EXPECT_EQ(probe->recv(4), std::string("\x03\x00\x00\x00", 4));
+}
+
+// A client that sends its last request and shuts down its side in one go (data and FIN read
+// by the same wake-up) gets the reply, then the server closes its end.
+TEST_F(ServerTest, RequestWithTheFinGetsItsReplyThenTheConnectionEnds) {
+  for (int i = 0; i < 20; ++i) {
+    RawConn c(server_.port());
+    c.send(torch2_hello() + std::string(v2(Op::kPing).u32(9)));
+    ASSERT_EQ(::shutdown(c.fd(), SHUT_WR), 0);
+    EXPECT_EQ(c.recv(4), std::string("\x09\x00\x00\x00", 4));
+    EXPECT_TRUE(c.closed_by_peer(std::chrono::seconds(5)));
+  }
 }
 
 struct BadCase {
