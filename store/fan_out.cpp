@@ -1,6 +1,7 @@
 #include "store/fan_out.hpp"
 
 #include <algorithm>
+#include <system_error>
 
 namespace ddprun::store::detail {
 namespace {
@@ -30,16 +31,27 @@ void FanOut::run(size_t n, const std::function<void(size_t)>& item) {
     for (size_t i = 0; i < n; ++i) item(i);
     return;
   }
+  bool alone = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (threads_.empty()) {
-      for (size_t i = 0; i < helpers_; ++i) threads_.emplace_back([this] { helper_main(); });
+      try {
+        for (size_t i = 0; i < helpers_; ++i) threads_.emplace_back([this] { helper_main(); });
+      } catch (const std::system_error&) {  // no threads to be had (RLIMIT_NPROC): fewer helpers
+      }
     }
-    item_ = &item;
-    count_ = n;
-    next_.store(0, std::memory_order_relaxed);
-    busy_ = threads_.size();
-    ++job_;
+    alone = threads_.empty();
+    if (!alone) {
+      item_ = &item;
+      count_ = n;
+      next_.store(0, std::memory_order_relaxed);
+      busy_ = threads_.size();
+      ++job_;
+    }
+  }
+  if (alone) {
+    for (size_t i = 0; i < n; ++i) item(i);
+    return;
   }
   start_cv_.notify_all();
   work();
