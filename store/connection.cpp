@@ -64,14 +64,18 @@ void Connection::arm_auth_deadline() {
 
 void Connection::close() {
   if (closed_) return;
+  shut();
+  // Not finish() here: close() runs inside other work (the server closing every connection,
+  // the allow-list narrowing, a deferred flush), which the will must not change under it.
+  asio::post(core_->io, [self = shared_from_this()] { self->finish(); });
+}
+
+void Connection::shut() {
   closed_ = true;
   core_->poller.remove(token_);
   token_ = 0;
   fd_.reset();
   if (auth_timer_) auth_timer_->cancel();
-  // Not finish() here: close() may run inside another connection's request (a reply that
-  // fails to send while a SET releases waiters), where the will must not change the state.
-  asio::post(core_->io, [self = shared_from_this()] { self->finish(); });
 }
 
 void Connection::on_events(uint32_t events) {
@@ -119,13 +123,7 @@ void Connection::finish() {
   if (finished_) return;
   finished_ = true;
   if (session_.challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
-  if (!closed_) {
-    closed_ = true;
-    core_->poller.remove(token_);
-    token_ = 0;
-    fd_.reset();
-    if (auth_timer_) auth_timer_->cancel();
-  }
+  if (!closed_) shut();
   session_.fire_will();  // after the close: the will's waiters may be anywhere but here
   // The handler that called this may still use the object: release it after that handler.
   if (self_) asio::post(core_->io, [self = std::move(self_)] {});

@@ -53,6 +53,8 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   // Ends the connection once: the refusal of a client that hung up on our proof, the close,
   // then the session's will.
   void finish();
+  // Closes the socket and leaves the Poller (no event reaches this connection after it).
+  void shut();
   bool consume(const char* data, size_t size);
   void on_output() override { core_->defer_flush(*this); }
   void on_keep_alive(int64_t interval_ms, uint32_t probes) override;

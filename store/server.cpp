@@ -251,8 +251,8 @@ Server::Server(asio::io_context& io, ServerOptions options)
   port_ = core_->listener.open(resolve(opts.host, opts.port),
                                opts.backlog > 0 ? opts.backlog : somaxconn(),
                                "cannot listen on " + what);
+  core_->listener.start();  // before the wait that holds core_: a throw here leaks nothing
   core_->poller.start(core_);
-  core_->listener.start();
 }
 
 Server::~Server() {
