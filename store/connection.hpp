@@ -85,7 +85,6 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   bool read_paused_ = false;  // over the output high-water mark: reads resume on "writable"
   bool refusal_logged_ = false;
   bool flush_deferred_ = false;  // listed in ServerCore::deferred
-  int send_error_ = 0;           // send_queued()'s result in a deferred flush
 };
 
 }  // namespace ddprun::store

@@ -106,18 +106,18 @@ void ServerCore::flush_deferred() {
   constexpr size_t kFanOutFrom = 64;
   std::vector<std::shared_ptr<Connection>> batch;
   batch.swap(deferred);
-  auto send = [&batch](size_t i) {
-    Connection& c = *batch[i];
-    c.send_error_ = c.send_queued();  // this connection's socket and output only
+  std::vector<int> errors(batch.size());
+  auto send = [&batch, &errors](size_t i) {
+    errors[i] = batch[i]->send_queued();  // this connection's socket and output only
   };
   if (batch.size() >= kFanOutFrom) {
     fan_out.run(batch.size(), send);
   } else {
     for (size_t i = 0; i < batch.size(); ++i) send(i);
   }
-  for (const std::shared_ptr<Connection>& c : batch) {
-    c->flush_deferred_ = false;
-    if (c->send_error_ != 0) c->close();  // the peer is gone
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i]->flush_deferred_ = false;
+    if (errors[i] != 0) batch[i]->close();  // the peer is gone
   }
 }
 
