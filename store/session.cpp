@@ -245,10 +245,14 @@ bool Session::handle_write(Request& r) {
     case Op::kSet:
       state_.set(std::move(r.keys[0]), std::move(r.values[0]));
       return true;
-    case Op::kCompareSet:
-      wire::put_bytes(
-          reply(), state_.compare_set(std::move(r.keys[0]), r.values[0], std::move(r.values[1])));
+    case Op::kCompareSet: {
+      // The state first: the write may release this session's own WAIT, which moves where
+      // reply() points (held replies go out behind the wake byte).
+      const std::string value =
+          state_.compare_set(std::move(r.keys[0]), r.values[0], std::move(r.values[1]));
+      wire::put_bytes(reply(), value);
       return true;
+    }
     case Op::kAdd: {
       std::optional<int64_t> sum = state_.add(r.keys[0], r.integer);
       if (!sum) {
@@ -258,9 +262,11 @@ bool Session::handle_write(Request& r) {
       wire::put_i64(reply(), *sum);
       return true;
     }
-    case Op::kDeleteKey:
-      wire::put_i64(reply(), state_.erase(r.keys[0]) ? 1 : 0);
+    case Op::kDeleteKey: {
+      const bool erased = state_.erase(r.keys[0]);
+      wire::put_i64(reply(), erased ? 1 : 0);
       return true;
+    }
     case Op::kAppend:
       state_.append(std::move(r.keys[0]), r.values[0]);
       return true;

@@ -78,6 +78,19 @@ TEST(SessionTest, WaitRepliesLaterAndHoldsFollowingReplies) {
   EXPECT_EQ(waiter.take(), std::string(1, '\x00') + i64(0));
 }
 
+// A pipelined COMPARE_SET of the key the session itself waits for releases its own WAIT while
+// the reply is being written (found by store_session_fuzz: the reply went to freed memory).
+TEST(SessionTest, CompareSetReleasingItsOwnWaitRepliesAfterTheWakeByte) {
+  StoreState state;
+  Peer p(state);
+  p.send(torch2_hello());
+  EXPECT_EQ(p.send(v2(Op::kWait).keys({"k"})), "");
+  EXPECT_EQ(p.send(v2(Op::kCompareSet).str("k").str("").str("v")),
+            std::string(1, '\x00') + bytes("v"));
+  EXPECT_FALSE(p.session.waiting());
+  EXPECT_EQ(p.send(v2(Op::kGet).str("k")), bytes("v"));
+}
+
 TEST(SessionTest, CancelWaitBeforeRelease) {
   StoreState state;
   Peer p(state), setter(state);
