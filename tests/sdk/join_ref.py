@@ -46,6 +46,7 @@ def main():
     parser.add_argument("--throw-early", default="0")
     parser.add_argument("--hook", default="none")
     parser.add_argument("--no-sync-every", type=int, default=0)
+    parser.add_argument("--zero-grad", default="last")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -74,9 +75,12 @@ def main():
                     with ddp.no_sync():
                         torch.nn.functional.mse_loss(ddp(x, use_extra), y).backward()
                     continue
+                if args.zero_grad == "first":
+                    opt.zero_grad()
                 torch.nn.functional.mse_loss(ddp(x, use_extra), y).backward()
                 opt.step()
-                opt.zero_grad()
+                if args.zero_grad != "first":
+                    opt.zero_grad()
     except RuntimeError as e:
         if not throw_early:
             raise
@@ -86,7 +90,10 @@ def main():
         report = {"error": error}
     else:
         report = {"params": tensors(net.named_parameters()),
-                  "buffers": tensors(net.named_buffers()), "steps": mine}
+                  "buffers": tensors(net.named_buffers()),
+                  "grads": {n: None if p.grad is None else p.grad.to(torch.double).reshape(-1).tolist()
+                            for n, p in net.named_parameters()},
+                  "steps": mine}
     with open(os.path.join(args.out, f"py_rank{rank}.json"), "w") as f:
         json.dump(report, f)
     # Tear down as examples/python/ddp_gloo.py does (torch 1.13's Gloo exit-time deadlock).

@@ -3,11 +3,12 @@
 // buffers on every rank.
 //
 //   join_worker --batches B0,B1 [--divide-initial 1|0] [--find-unused 0|1] [--throw-early 0|1]
-//               [--hook none|allreduce] [--no-sync-every K] --out DIR
+//               [--hook none|allreduce] [--no-sync-every K] [--zero-grad last|first] --out DIR
 //
 // Rank r trains on B_r batches. Writes DIR/cpp_rank<R>.json: {"params": {name: [...]},
-// "buffers": {name: [...]}, "steps": B_r}; with --throw-early, {"error": message} when the Join
-// threw.
+// "buffers": {name: [...]}, "grads": {name: [...] or null}, "steps": B_r}; with --throw-early,
+// {"error": message} when the Join threw. --zero-grad first clears gradients before each
+// backward instead of after each step, so every rank's .grad ends as its last averaged one.
 #include <torch/torch.h>
 
 #include <fstream>
@@ -58,6 +59,21 @@ std::string json_tensors(const torch::OrderedDict<std::string, torch::Tensor>& i
   return out.str();
 }
 
+std::string json_grads(const torch::OrderedDict<std::string, torch::Tensor>& params) {
+  torch::OrderedDict<std::string, torch::Tensor> defined;
+  std::string nulls;
+  for (const auto& item : params) {
+    if (item.value().grad().defined()) {
+      defined.insert(item.key(), item.value().grad());
+    } else {
+      nulls += ", \"" + item.key() + "\": null";
+    }
+  }
+  std::string out = json_tensors(defined);
+  if (nulls.empty()) return out;
+  return out.size() == 2 ? "{" + nulls.substr(2) + "}" : out.substr(0, out.size() - 1) + nulls + "}";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,7 +83,8 @@ int main(int argc, char** argv) {
                                       {"--find-unused", "0"},
                                       {"--throw-early", "0"},
                                       {"--hook", "none"},
-                                      {"--no-sync-every", "0"}});
+                                      {"--no-sync-every", "0"},
+                                      {"--zero-grad", "last"}});
     ddprun::InitOptions io;
     io.backend = ddprun::Backend::kGloo;
     auto pg = ddprun::init_process_group(io);
@@ -78,6 +95,7 @@ int main(int argc, char** argv) {
     const int mine = batches.at(static_cast<size_t>(rank));
     const int no_sync_every = std::stoi(args["--no-sync-every"]);
     const bool find_unused = args["--find-unused"] == "1";
+    const bool zero_first = args["--zero-grad"] == "first";
 
     Net net;
     ddprun::DdpOptions o;
@@ -105,9 +123,10 @@ int main(int argc, char** argv) {
                 torch::mse_loss(ddp(x, use_extra), y).backward();
                 continue;
               }
+              if (zero_first) opt.zero_grad();
               torch::mse_loss(ddp(x, use_extra), y).backward();
               opt.step();
-              opt.zero_grad();
+              if (!zero_first) opt.zero_grad();
             }
           },
           jo);
@@ -124,7 +143,8 @@ int main(int argc, char** argv) {
       out << "{\"error\": \"" << quoted << "\"}\n";
     } else {
       out << "{\"params\": " << json_tensors(net->named_parameters())
-          << ", \"buffers\": " << json_tensors(net->named_buffers()) << ", \"steps\": " << mine
+          << ", \"buffers\": " << json_tensors(net->named_buffers())
+          << ", \"grads\": " << json_grads(net->named_parameters()) << ", \"steps\": " << mine
           << "}\n";
     }
     std::ofstream(args["--out"] + "/cpp_rank" + std::to_string(rank) + ".json") << out.str();

@@ -110,6 +110,50 @@ int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key
   return t.item<int64_t>();
 }
 
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream s;
+  s << t.scalar_type() << " " << t.sizes();
+  return s.str();
+}
+
+// One saved tensor copied into `target` (a parameter or buffer of the model).
+void copy_saved(torch::serialize::InputArchive& archive, const std::string& name,
+                const std::string& key, at::Tensor& target, bool is_buffer) {
+  at::Tensor saved;  // undefined: the archive hands over its tensor instead of set_()ting ours
+  archive.read(key, saved, is_buffer);
+  if (!target.defined()) {  // an optional buffer (e.g. BatchNorm without running stats)
+    target = saved;
+    return;
+  }
+  if (saved.sizes() != target.sizes() || saved.scalar_type() != target.scalar_type()) {
+    throw Error(std::string(is_buffer ? "buffer " : "parameter ") + name + " is " +
+                shape_text(target) + " in the model but " + shape_text(saved) +
+                " in the checkpoint");
+  }
+  target.copy_(saved);
+}
+
+// The model's state restored in place, as Python's load_state_dict does: every parameter and
+// buffer keeps its tensor (storage, gradient accumulator, DDP's hooks, the views ZeRO and DDP
+// made of it), only its values change. Module::load would set_() each one to the archive's
+// tensor instead, which detaches the parameters from a DistributedDataParallel that wraps them.
+// Same archive layout as Module::save: own parameters, own buffers, one sub-archive per child.
+void restore_module(torch::nn::Module& module, torch::serialize::InputArchive& archive,
+                    const std::string& prefix) {
+  at::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/false)) {
+    copy_saved(archive, prefix + item.key(), item.key(), item.value(), false);
+  }
+  for (auto& item : module.named_buffers(/*recurse=*/false)) {
+    copy_saved(archive, prefix + item.key(), item.key(), item.value(), true);
+  }
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    restore_module(*child.value(), child_archive, prefix + child.key() + ".");
+  }
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainingProgress& progress,
@@ -144,11 +188,11 @@ std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::str
     for (const auto& key : extra.keys()) progress.extra[key] = read_int(extra, key);
     archive.read("model", model_archive);
     archive.read("optimizer", optimizer_archive);
-    model.load(model_archive);
+    restore_module(model, model_archive, "");
     optimizer.load(optimizer_archive);
     return progress;
-  } catch (const Error&) {
-    throw;
+  } catch (const Error& e) {
+    fail(path, std::string("not a checkpoint of this model: ") + e.what());
   } catch (const c10::Error& e) {
     fail(path, std::string("truncated, corrupt or not a checkpoint of this model (") +
                    e.what_without_backtrace() + ")");

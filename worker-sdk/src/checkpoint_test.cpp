@@ -76,6 +76,44 @@ TEST(Checkpoint, RoundTripOnEveryRank) {
   });
 }
 
+// Python's load_state_dict semantics: the values change, the tensors do not (so the gradient
+// hooks of a DistributedDataParallel wrapping the model keep firing).
+TEST(Checkpoint, RestoresIntoTheModelsOwnTensors) {
+  TempDir dir;
+  const std::string path = (dir.path / "ckpt.pt").string();
+  Trained saved(1);
+  save_checkpoint(path, {}, *saved.model, saved.optimizer);
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    Trained fresh(100 + rank);
+    const void* storage = fresh.model->weight.data_ptr();
+    auto accumulator = torch::autograd::impl::grad_accumulator(fresh.model->weight);
+    ASSERT_TRUE(load_checkpoint(pg, path, *fresh.model, fresh.optimizer).has_value());
+    EXPECT_TRUE(torch::equal(fresh.model->weight, saved.model->weight));
+    EXPECT_EQ(fresh.model->weight.data_ptr(), storage);
+    EXPECT_EQ(torch::autograd::impl::try_get_grad_accumulator(fresh.model->weight).get(),
+              accumulator.get());
+  });
+}
+
+TEST(Checkpoint, ModelOfAnotherShapeIsAnErrorNamingTheParameter) {
+  TempDir dir;
+  const fs::path path = dir.path / "ckpt.pt";
+  Trained saved(1);
+  save_checkpoint(path.string(), {}, *saved.model, saved.optimizer);
+  auto errors = errors_of_ranks(2, [&](int, ProcessGroup& pg) {
+    torch::nn::Linear other(5, 3);
+    torch::optim::Adam optimizer(other->parameters(), torch::optim::AdamOptions(0.1));
+    load_checkpoint(pg, path.string(), *other, optimizer);
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("checkpoint " + path.string() + ": not a checkpoint of this model: "
+                     "parameter weight is Float [3, 5] in the model but Float [3, 4] in the "
+                     "checkpoint"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(Checkpoint, MissingFileMeansStartFresh) {
   TempDir dir;
   run_ranks(2, [&](int, ProcessGroup& pg) {

@@ -129,6 +129,7 @@ DataParallel::~DataParallel() = default;
 
 void DataParallel::prepare_forward() {
   reducer_->set_sync(sync_);
+  reducer_->reattach_replaced_parameters();
   const bool grad = c10::GradMode::is_enabled();
   if (join_ != nullptr && join_notifies_) {
     const int training = join_->notify(grad, grad && sync_);

@@ -364,5 +364,68 @@ TEST(DataParallel, BucketsAreRebuiltOnceInRankZerosReadyOrder) {
   }
 }
 
+// Tensor::set_ (what LibTorch's Module::load does to each parameter) drops the gradient
+// accumulator DDP's hook sat on. The next forward through the wrapper re-attaches the hook, so
+// the gradients keep being averaged.
+TEST(DataParallel, ParameterGivenNewStorageAfterWrappingIsStillAveraged) {
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    Net net = make_net(1);
+    DistributedDataParallel ddp(net, std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}));
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net->parameters()) p.set_(p.detach().clone());
+    }
+    torch::manual_seed(10 + rank);  // different data on each rank
+    for (int step = 0; step < 2; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad().reset();
+      torch::mse_loss(ddp(torch::randn({4, 6})), torch::randn({4, 3})).backward();
+      for (const auto& g : grads_of(net)) {
+        auto other = g.clone();
+        pg.broadcast(other, 0);
+        EXPECT_TRUE(torch::equal(g, other)) << "rank " << rank << " step " << step;
+      }
+    }
+  });
+}
+
+TEST(DataParallel, ParameterReplacedByAnotherShapeIsRefusedByName) {
+  auto errors = errors_of_ranks(2, [&](int, ProcessGroup& pg) {
+    Net net = make_net(1);
+    DistributedDataParallel ddp(net, std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}));
+    {
+      torch::NoGradGuard no_grad;
+      net->fc2->weight.set_(torch::zeros({3, 7}));
+    }
+    ddp(torch::randn({4, 6}));
+  });
+  for (const auto& e : errors) {
+    EXPECT_THAT(e, HasSubstr("parameter 2 (fc2.weight) was replaced after wrapping by a tensor "
+                             "of Float [3, 7] on cpu (it was Float [3, 5] on cpu)"));
+  }
+}
+
+// A backward whose forward bypassed the wrapper cannot be re-attached in time: it must fail,
+// naming the parameter, and never count the parameter as unused.
+TEST(DataParallel, ReplacedParameterInABackwardOutsideTheWrapperIsAnError) {
+  for (bool find_unused : {false, true}) {
+    DdpOptions options;
+    options.find_unused_parameters = find_unused;
+    auto errors = errors_of_ranks(2, [&](int, ProcessGroup& pg) {
+      Net net = make_net(1);
+      DistributedDataParallel ddp(net, std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}),
+                                  options);
+      {
+        torch::NoGradGuard no_grad;
+        net->fc1->weight.set_(net->fc1->weight.detach().clone());
+      }
+      torch::mse_loss(net->forward(torch::randn({4, 6})), torch::randn({4, 3})).backward();
+    });
+    for (const auto& e : errors) {
+      EXPECT_THAT(e, HasSubstr("parameters were given new storage after wrapping"));
+      EXPECT_THAT(e, HasSubstr("fc1.weight"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ddprun

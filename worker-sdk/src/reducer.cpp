@@ -110,11 +110,47 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   used_.assign(params_.size(), 0);
   globally_unused_.assign(params_.size(), 0);
   build_buckets(assignment);
-  accumulators_.reserve(params_.size());
+  accumulators_.resize(params_.size());
+  hook_keys_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) attach_hook(i);
+}
+
+void Reducer::attach_hook(size_t index) {
+  auto acc = torch::autograd::impl::grad_accumulator(params_[index]);
+  if (!acc) {
+    throw Error("DistributedDataParallel: parameter " + describe(index) +
+                " no longer requires a gradient; freeze parameters before wrapping the module");
+  }
+  hook_keys_[index] = acc->add_post_hook(std::make_unique<GradReadyHook>(this, index));
+  accumulators_[index] = std::move(acc);
+}
+
+bool Reducer::replaced(size_t index) const {
+  return torch::autograd::impl::try_get_grad_accumulator(params_[index]).get() !=
+         accumulators_[index].get();
+}
+
+void Reducer::reattach_replaced_parameters() {
+  std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(this, i)));
-    accumulators_.push_back(std::move(acc));
+    if (!replaced(i)) continue;
+    const at::Tensor& p = params_[i];
+    const Slot& slot = slots_[i];
+    const at::Tensor& view = buckets_[slot.bucket].views[slot.position];
+    if (p.sizes() != view.sizes() || p.scalar_type() != view.scalar_type() ||
+        p.device() != view.device()) {
+      std::ostringstream was;
+      was << view.scalar_type() << " " << view.sizes() << " on " << view.device();
+      std::ostringstream now;
+      now << p.scalar_type() << " " << p.sizes() << " on " << p.device();
+      throw Error("DistributedDataParallel: parameter " + std::to_string(i) + " (" + names_[i] +
+                  ") was replaced after wrapping by a tensor of " + now.str() + " (it was " +
+                  was.str() + "); change a model's parameters in place (copy_, " +
+                  "ddprun::load_checkpoint), or wrap the model after changing them");
+    }
+    accumulators_[i]->del_post_hook(hook_keys_[i]);
+    attach_hook(i);
+    slots_[i].viewable = options_.gradient_as_bucket_view && p.is_contiguous();
   }
 }
 
@@ -302,7 +338,9 @@ void Reducer::finalize() {
     if (!slots_[i].ready) missing.push_back(i);
   }
   if (!missing.empty()) {
-    if (!tracks_usage()) fail_missing(missing);  // throws
+    const bool any_replaced =
+        std::any_of(missing.begin(), missing.end(), [this](size_t i) { return replaced(i); });
+    if (!tracks_usage() || any_replaced) fail_missing(missing);  // throws
     for (size_t i : missing) mark_ready(i, /*got_gradient=*/false);
   }
   if (tracks_usage()) {
@@ -350,6 +388,19 @@ void Reducer::fail_missing(const std::vector<size_t>& missing) {
     }
   }
   reset();
+  std::string replaced_names;
+  for (size_t i : missing) {
+    if (replaced(i)) replaced_names += (replaced_names.empty() ? "" : ", ") + describe(i);
+  }
+  if (!replaced_names.empty()) {
+    // Never reduce less than asked without a word: the replicas would drift apart silently.
+    throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
+                "): parameters were given new storage after wrapping (Tensor::set_, "
+                "Module::load), so their gradients were not reduced: " +
+                replaced_names +
+                ". Run the forward through the DistributedDataParallel wrapper (it re-attaches "
+                "them), or change parameters in place (copy_, ddprun::load_checkpoint)");
+  }
   if (options_.static_graph) {
     throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
                 ", static_graph): parameters used in the first iteration got no gradient in "

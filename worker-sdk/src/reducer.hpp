@@ -48,6 +48,12 @@ class Reducer {
   // Called by the accumulator hook of parameter `index` after its .grad was updated.
   void on_grad_ready(size_t index);
 
+  // Before each forward: a parameter given new storage since the last one (Tensor::set_,
+  // LibTorch's Module::load) lost the gradient accumulator our hook sat on, and its gradients
+  // would never be reduced. Its hook is attached again to its new accumulator. A parameter whose
+  // shape, dtype or device changed no longer fits its bucket: ddprun::Error naming it.
+  void reattach_replaced_parameters();
+
   // Before a forward with grad mode on (every rank together: a collective when due): rebuilds
   // the buckets once, in rank 0's gradient ready order. See data_parallel.hpp.
   void rebuild_buckets_if_due();
@@ -84,6 +90,9 @@ class Reducer {
   void wait_bucket(Bucket& b);    // its reduction done, the result in b.flat
   void finalize();                // end of backward (autograd engine callback)
   void fail_missing(const std::vector<size_t>& missing);
+  // Parameter `index` no longer has the accumulator our hook is on (see above).
+  bool replaced(size_t index) const;
+  void attach_hook(size_t index);
   // Which parameters no rank used (globally_unused_). `shadow`: this rank has joined and
   // contributes no usage of its own (see compat::kJoinedRankResendsUsage).
   void reduce_usage(bool shadow = false);

@@ -36,6 +36,17 @@ void Reducer::set_divisor(int ranks) {
 
 void Reducer::shadow_backward() {
   std::lock_guard<std::mutex> lock(mu_);
+  // The joined rank keeps its own last averaged gradients, as in PyTorch (whose joined rank
+  // reduces separate zero tensors): a .grad that lives in a bucket moves out before the bucket
+  // is reused for the others' reduction. Only the first shadowed round copies anything.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& grad = params_[i].mutable_grad();
+    const Slot& slot = slots_[i];
+    if (grad.defined() && grad.numel() > 0 &&
+        grad.data_ptr() == buckets_[slot.bucket].views[slot.position].data_ptr()) {
+      grad = grad.clone();
+    }
+  }
   // Every bucket complete at once, with zeros; launched and waited for in index order, as the
   // ranks still training launch theirs.
   for (Slot& slot : slots_) slot.ready = true;

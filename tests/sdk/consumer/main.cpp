@@ -1,12 +1,10 @@
-// The README's example: a complete DDP training loop on the ddprun worker SDK.
 #include <torch/torch.h>
-
 #include <ddprun/ddp.hpp>
 #include <iostream>
 
 int main() {
-  return ddprun::record([] {                 // uncaught errors -> torchelastic error file
-    auto pg = ddprun::init_process_group();  // RANK, WORLD_SIZE, MASTER_ADDR, ... from ddprun
+  return ddprun::record([] {                   // uncaught errors -> torchelastic error file
+    auto pg = ddprun::init_process_group();    // RANK, WORLD_SIZE, MASTER_ADDR, ... from ddprun
     torch::manual_seed(0);
     auto net = torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::ReLU(),
                                      torch::nn::Linear(32, 4));
@@ -21,9 +19,9 @@ int main() {
       sampler.set_epoch(epoch);
       auto idx = torch::tensor(sampler.indices());
       opt.zero_grad();
-      auto loss =
-          torch::nn::functional::cross_entropy(ddp(x.index_select(0, idx)), y.index_select(0, idx));
-      loss.backward();  // gradients averaged across ranks
+      auto loss = torch::nn::functional::cross_entropy(ddp(x.index_select(0, idx)),
+                                                       y.index_select(0, idx));
+      loss.backward();                           // gradients averaged across ranks
       opt.step();
       pg->all_reduce(loss, ddprun::ReduceOp::kAvg);
       if (pg->rank() == 0) std::cout << "epoch " << epoch << " loss " << loss.item<float>() << "\n";

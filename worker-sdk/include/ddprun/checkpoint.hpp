@@ -49,7 +49,14 @@ void save_checkpoint(const std::string& path, const TrainingProgress& progress,
 // ranks need no shared file system and always agree on whether to resume. Returns the progress
 // saved, or nullopt when `path` does not exist (start fresh; model and optimizer untouched).
 // Throws ddprun::Error naming the file, on every rank, when it is unreadable, truncated, corrupt
-// or does not fit `model`/`optimizer`.
+// or does not fit `model`/`optimizer` (the error names the parameter whose shape differs).
+//
+// The model is restored in place, as Python's load_state_dict does: the saved values are copied
+// into the existing parameter and buffer tensors, which stay the same tensors. So it may be
+// called before or after wrapping the model in DistributedDataParallel, with a plain optimizer
+// or a ZeroRedundancyOptimizer (parameters_as_bucket_view too), hooks and Join alike.
+// (LibTorch's own Module::load replaces each parameter's storage instead: see
+// data_parallel.hpp for what DDP does when that happens under it.)
 std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::string& path,
                                                 torch::nn::Module& model,
                                                 torch::optim::Optimizer& optimizer);

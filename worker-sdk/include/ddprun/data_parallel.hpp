@@ -39,7 +39,12 @@
 //   gradients became ready there: rank 0's order, broadcast, so every rank has the same layout;
 // - optional fp16/bf16 compression of gradients on the wire; communication hooks
 //   (register_comm_hook: all-reduce, fp16/bf16 compression, PowerSGD, or the user's own);
-// - on one host with CPU tensors, buckets are reduced through shared memory (DdpOptions).
+// - on one host with CPU tensors, buckets are reduced through shared memory (DdpOptions);
+// - before each forward through the wrapper, a parameter given new storage since (Tensor::set_,
+//   LibTorch's Module::load) gets its gradient hook back, and one whose shape, dtype or device
+//   changed is an error naming it; a backward whose forward bypassed the wrapper after such a
+//   replacement throws rather than reduce fewer gradients than it should. ddprun::load_checkpoint
+//   copies in place and replaces nothing.
 //
 // Threads: forward/backward from one thread at a time (the autograd engine may run the hooks on
 // its device threads). Not copyable or movable: hooks point at the object.
