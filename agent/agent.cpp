@@ -9,6 +9,7 @@
 #include <set>
 
 #include "agent/agent_impl.hpp"
+#include "store/sys/console.hpp"
 #include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
@@ -292,7 +293,7 @@ asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed&
   if (!failures_.empty() && (d.action == Action::kFail || seen.event == Event::kSignal)) {
     std::string summary =
         "\n" + format_failure_summary(spec_.entrypoint_name, failures_, sys::host_name());
-    sys::write_all(STDERR_FILENO, summary.data(), summary.size());
+    sys::Console::write(STDERR_FILENO, summary, sys::LineKind::kOwn);
   }
   if (d.action == Action::kSucceed && !keep_logs_) logs_->remove_temporary();
   JobResult result = result_of(d, seen, from_init);

@@ -4,6 +4,7 @@
 
 #include "agent/agent_impl.hpp"
 #include "agent/health/prometheus.hpp"
+#include "store/sys/console.hpp"
 #include "store/sys/log.hpp"
 
 namespace ddprun::agent {
@@ -55,6 +56,7 @@ JobStatus Agent::Impl::snapshot() const {
   s.reformations = reformations_;
   s.hangs = hangs_;
   s.heartbeats = watchdog_ ? watchdog_->beats_received() : 0;
+  s.console_dropped_lines = sys::Console::stats().dropped_lines;
   s.uptime_s = seconds(now - agent_started_);
 
   size_t running = 0;

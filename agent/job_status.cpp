@@ -38,6 +38,10 @@ std::string render_metrics(const JobStatus& s) {
   counter(t, "ddprun_hangs_total", "Workers of this node found hung", static_cast<double>(s.hangs));
   counter(t, "ddprun_heartbeats_total", "Heartbeats received from this node's workers",
           static_cast<double>(s.heartbeats));
+  counter(t, "ddprun_console_dropped_lines_total",
+          "Worker output lines not shown on ddprun's console because it was not being read "
+          "(the log files have them)",
+          static_cast<double>(s.console_dropped_lines));
   counter(t, "ddprun_attempts_total", "Worker groups started on this node",
           static_cast<double>(s.attempts));
   gauge(t, "ddprun_max_restarts", "The job's restart budget", s.max_restarts);
@@ -92,6 +96,7 @@ std::string render_status_json(const JobStatus& s) {
       {"reformations", s.reformations},
       {"hangs", s.hangs},
       {"heartbeats", s.heartbeats},
+      {"console_dropped_lines", s.console_dropped_lines},
       {"uptime_s", s.uptime_s},
       {"workers", std::move(workers)},
   };

@@ -4,7 +4,8 @@
 // its own thread; nothing here touches the agent.
 //
 // Metric names (all prefixed ddprun_; counters end in _total):
-//   restarts_total, reformations_total, hangs_total, heartbeats_total   counters
+//   restarts_total, reformations_total, hangs_total, heartbeats_total,
+//   console_dropped_lines_total                                          counters
 //   max_restarts, world_size, group_world_size, rendezvous_round,
 //   rendezvous_duration_seconds, uptime_seconds, healthy,
 //   workers{state="running|succeeded|failed|hung"},
@@ -46,6 +47,7 @@ struct JobStatus {
   uint64_t reformations = 0;
   uint64_t hangs = 0;
   uint64_t heartbeats = 0;
+  uint64_t console_dropped_lines = 0;  // worker lines not shown: nobody read the console
   double uptime_s = 0;
   std::vector<WorkerStatus> workers;
 };

@@ -37,7 +37,7 @@ TEST(CliParser, TorchrunDefaults) {
   EXPECT_EQ(c.min_nodes, 1);
   EXPECT_EQ(c.max_nodes, 1);
   EXPECT_EQ(c.nproc_per_node, "1");
-  EXPECT_EQ(c.rdzv_backend, "static");
+  EXPECT_EQ(c.rdzv_backend, agent::Backend::kStatic);
   EXPECT_EQ(c.rdzv_id, "none");
   EXPECT_EQ(c.max_restarts, 0);
   EXPECT_EQ(c.role, "default");
@@ -161,6 +161,23 @@ TEST(CliParser, ListsAndFilters) {
   EXPECT_EQ(c.duplicate_stdout_filters, (std::vector<std::string>{"a,b", "c"}));
   EXPECT_EQ(c.rdzv_conf.at("join_timeout"), "5");
   EXPECT_EQ(c.rdzv_conf.at("read_timeout"), "7");
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
+
+namespace ddprun::launcher {
+namespace {
+
+TEST(CliParser, PrintCompletion) {
+  EXPECT_EQ(parse({"--print-completion", "zsh"}).print_completion, "zsh");
+  EXPECT_EQ(parse({"--print-completion=bash"}).print_completion, "bash");  // no entrypoint needed
+  try {
+    parse({"--print-completion", "fish", "x"});
+    FAIL() << "fish accepted";
+  } catch (const CliError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected bash, zsh or tcsh"), std::string::npos);
+  }
 }
 
 }  // namespace

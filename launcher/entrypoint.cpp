@@ -50,13 +50,10 @@ std::string find_executable(const std::string& name, const GetEnv& getenv) {
 
 WorkerCommand resolve_entrypoint(const LaunchConfig& c, const GetEnv& getenv) {
   const std::string& entry = c.entrypoint;
-  if (c.run_path) {
-    throw CliError(
-        "--run-path runs the script inside torchrun's own Python interpreter, which "
-        "ddprun does not have; drop it (ddprun runs script.py in a fresh python3 -u)");
-  }
   if (c.module) return python_command(c, getenv);
-  if (!c.no_python && entry.ends_with(".py")) {
+  // torchrun's --run-path runs the script with runpy in a worker process of its own, whatever
+  // its name: here it runs in a python3 -u of its own, which no script can tell apart.
+  if (!c.no_python && (entry.ends_with(".py") || c.run_path)) {
     if (!exists(entry)) throw CliError("the script " + entry + " does not exist");
     if (::access(entry.c_str(), R_OK) != 0)
       throw CliError("the script " + entry + " is not readable");

@@ -1,6 +1,8 @@
 #include "launcher/launch_kind.hpp"
 
-#include "agent/etcd/etcd_client.hpp"
+#include <stdexcept>
+
+#include "agent/etcd/endpoint.hpp"
 #include "launcher/cli_parser.hpp"
 #include "store/sys/net.hpp"
 
@@ -16,29 +18,30 @@ std::string nnodes_text(const LaunchConfig& c) {
 LaunchClass classify_c10d(const LaunchConfig& c) {
   Endpoint ep = parse_endpoint(c.rdzv_endpoint, "--rdzv-endpoint");
   if (c.max_nodes == 1 && (ep.host.empty() || sys::is_loopback(ep.host))) {
-    return {LaunchKind::kSingleNodeC10d, ep};  // the agent hosts the store at that port
+    return {LaunchKind::kSingleNodeC10d, ep, {}};  // the agent hosts the store at that port
   }
   if (ep.host.empty()) {
     throw CliError("--rdzv-backend=c10d with --nnodes=" + nnodes_text(c) +
                    " needs --rdzv-endpoint=HOST[:PORT] (the rendezvous store every node reaches)");
   }
-  return {LaunchKind::kMultiNode, ep};
+  return {LaunchKind::kMultiNode, ep, {}};
 }
 
 // etcd: always the multi-node rendezvous (one node too: the job is etcd's to see); the
 // endpoint is a list of members, checked here and kept as text.
 LaunchClass classify_etcd(const LaunchConfig& c) {
   if (c.rdzv_endpoint.empty()) {
-    throw CliError("--rdzv-backend=" + c.rdzv_backend +
+    throw CliError("--rdzv-backend=" + c.rdzv_backend_spelled +
                    " needs --rdzv-endpoint=HOST[:PORT][,HOST[:PORT]...] (etcd's client URLs; "
                    "port 2379 by default)");
   }
+  LaunchClass lc{LaunchKind::kMultiNode, {}, {}};
   try {
-    etcd::parse_endpoints(c.rdzv_endpoint);
+    lc.etcd_members = etcd::parse_endpoints(c.rdzv_endpoint);
   } catch (const std::invalid_argument& e) {
     throw CliError("--rdzv-endpoint=" + c.rdzv_endpoint + ": " + e.what());
   }
-  return {LaunchKind::kMultiNode, Endpoint{c.rdzv_endpoint, std::nullopt}};
+  return lc;
 }
 
 // Static: --rdzv-endpoint overrides --master-addr/--master-port, as in torchrun.
@@ -57,7 +60,7 @@ LaunchClass classify_static(const LaunchConfig& c) {
       throw CliError("--node-rank=" + std::to_string(c.node_rank) +
                      " with --nnodes=1: the only node has rank 0");
     }
-    return {LaunchKind::kSingleNodeStatic, static_endpoint(c)};
+    return {LaunchKind::kSingleNodeStatic, static_endpoint(c), {}};
   }
   if (c.min_nodes != c.max_nodes) {
     throw CliError("--nnodes=" + nnodes_text(c) +
@@ -73,7 +76,7 @@ LaunchClass classify_static(const LaunchConfig& c) {
   if (ep.port == 0) {
     throw CliError("--master-port=0: the nodes of a static job must agree on a fixed port");
   }
-  return {LaunchKind::kMultiNode, ep};
+  return {LaunchKind::kMultiNode, ep, {}};
 }
 
 }  // namespace
@@ -84,13 +87,17 @@ LaunchClass classify_launch(const LaunchConfig& c) {
       throw CliError("--standalone runs one node; for --nnodes=" + nnodes_text(c) +
                      " use --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT (or the static flags)");
     }
-    return {LaunchKind::kStandalone, {}};
+    return {LaunchKind::kStandalone, {}, {}};
   }
-  if (c.local_addr.find_first_of(" \t\n") != std::string::npos) {
-    throw CliError("--local-addr='" + c.local_addr + "': an address has no spaces");
+  switch (c.rdzv_backend) {
+    case agent::Backend::kEtcd:
+      return classify_etcd(c);
+    case agent::Backend::kC10d:
+      return classify_c10d(c);
+    case agent::Backend::kStatic:
+      break;
   }
-  if (c.rdzv_backend.starts_with("etcd")) return classify_etcd(c);
-  return c.rdzv_backend == "c10d" ? classify_c10d(c) : classify_static(c);
+  return classify_static(c);
 }
 
 Endpoint parse_endpoint(const std::string& text, const std::string& flag) {

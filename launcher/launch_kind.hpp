@@ -6,7 +6,9 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "agent/etcd/endpoint.hpp"
 #include "launcher/launch_config.hpp"
 
 namespace ddprun::launcher {
@@ -28,11 +30,12 @@ struct Endpoint {
 
 struct LaunchClass {
   LaunchKind kind = LaunchKind::kStandalone;
-  // Where the rendezvous store is: --rdzv-endpoint (c10d; static when given; etcd: the whole
-  // member list as given, in `host`), else
-  // --master-addr and --master-port (static). Empty for kStandalone. Defaults (29400 for
-  // c10d, 29500 for static multi-node) are the plan's, so an unset port stays unset here.
+  // Where the rendezvous store is (static, c10d): --rdzv-endpoint (c10d; static when given),
+  // else --master-addr and --master-port (static). Empty for kStandalone and etcd. Defaults
+  // (agent::kC10dPort, agent::kStaticPort) are the plan's, so an unset port stays unset here.
   Endpoint endpoint;
+  // etcd: its members, parsed from --rdzv-endpoint here and nowhere else.
+  std::vector<etcd::Endpoint> etcd_members;
 };
 
 // `config` comes from parse_command_line. Throws CliError (one line) on flags that cannot

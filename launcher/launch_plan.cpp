@@ -72,13 +72,19 @@ agent::LocalRendezvousOptions local_rendezvous(const LaunchConfig& c, const Laun
       }
       use_loopback_store(r);
       return r;
-    case LaunchKind::kSingleNodeC10d:
+    case LaunchKind::kSingleNodeC10d: {
+      // One node needs none of the round's timeouts, but a value the multi-node job would
+      // refuse is refused here too.
+      agent::RendezvousSettings unused;
+      std::vector<std::string> ignored;
+      apply_rdzv_conf(c, unused, ignored);
       // The endpoint is empty or loopback: a literal is bound as named (127.0.0.5, ::1),
       // "localhost" and no host at all on 127.0.0.1.
-      r.port = ep.port.value_or(29400);
+      r.port = ep.port.value_or(agent::kC10dPort);
       r.master_addr = ep.host.empty() ? "localhost" : ep.host;
       r.bind_host = sys::is_address_literal(ep.host) ? ep.host : "127.0.0.1";
       return r;
+    }
     case LaunchKind::kSingleNodeStatic:
       if (!ep.port) {
         use_loopback_store(r);
@@ -94,30 +100,18 @@ agent::LocalRendezvousOptions local_rendezvous(const LaunchConfig& c, const Laun
   throw std::logic_error("local_rendezvous: a multi-node command line");
 }
 
-std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000 + 0.5));
-}
-
-// Hangs, health and events: the flags, and torchrun's environment variables for the same.
+// Hangs, health and events: the flags (with torchrun's variables for them, flags.cpp) and
+// torchrun's FileTimer variables.
 void plan_watching(const LaunchConfig& c, const GetEnv& getenv, agent::WorkerSpec& s) {
-  s.hang_timeout = millis(c.hang_timeout);
-  s.hang_start_timeout = millis(c.hang_start_timeout);
-  s.exit_timeout = millis(c.exit_timeout);
+  s.hang_timeout = c.hang_timeout;
+  s.hang_start_timeout = c.hang_start_timeout;
+  s.exit_timeout = c.exit_timeout;
   if (auto on = getenv("TORCHELASTIC_ENABLE_FILE_TIMER"); on && *on == "1") {
     s.file_timer = true;
     if (auto path = getenv("TORCHELASTIC_TIMER_FILE"); path && !path->empty()) s.timer_file = *path;
   }
   s.health_host = c.health_host;
   s.health_port = c.health_port;
-  if (!s.health_port) {
-    if (auto env = getenv("TORCHELASTIC_HEALTH_CHECK_PORT"); env && !env->empty()) {
-      auto n = parse_int(*env);
-      if (!n || *n < 0 || *n > 65535) {
-        throw CliError("TORCHELASTIC_HEALTH_CHECK_PORT=" + *env + ": not a port number");
-      }
-      s.health_port = static_cast<int>(*n);
-    }
-  }
   if (!sys::is_address_literal(s.health_host)) {
     throw CliError("--health-host=" + s.health_host +
                    ": expected an address such as 127.0.0.1, 0.0.0.0 or ::1");
@@ -131,14 +125,11 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
                             std::vector<std::string> environ_strings) {
   LaunchPlan plan;
   plan.notices = c.notices;
-  if (!c.logs_specs.empty()) {
-    throw CliError("--logs-specs loads a Python plugin into torchrun; ddprun has none");
-  }
   if (!c.numa_binding.empty()) throw CliError(std::string(kNotYet) + "--numa-binding");
   LaunchClass lc = classify_launch(c);
   plan.kind = lc.kind;
   if (lc.kind == LaunchKind::kMultiNode) {
-    plan.multi_node = multi_node_settings(c, lc.endpoint, plan.notices);
+    plan.multi_node = multi_node_settings(c, lc, plan.notices);
   } else {
     plan.rendezvous = local_rendezvous(c, lc, plan.notices);
   }
@@ -154,16 +145,7 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
   s.signals_to_handle = c.signals;
   s.signals_to_handle_text = c.signals_to_handle;
 
-  int timeout = 30;
-  if (c.shutdown_timeout) {
-    timeout = *c.shutdown_timeout;
-  } else if (auto env = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); env && !env->empty()) {
-    auto n = parse_int(*env);
-    if (!n || *n < 0)
-      throw CliError("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=" + *env + ": not a number of seconds");
-    timeout = static_cast<int>(*n);
-  }
-  s.shutdown_timeout = std::chrono::seconds(timeout);
+  s.shutdown_timeout = c.shutdown_timeout;
   plan_watching(c, getenv, s);
 
   if (!c.log_dir.empty()) {
@@ -177,10 +159,6 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
   s.tee = c.tee;
   s.local_ranks_filter = c.local_ranks_filter;
   s.log_line_prefix_template = c.log_line_prefix_template;
-  if (s.log_line_prefix_template.empty()) {
-    if (auto env = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"))
-      s.log_line_prefix_template = *env;
-  }
   s.duplicate_stdout_filters = c.duplicate_stdout_filters;
   s.duplicate_stderr_filters = c.duplicate_stderr_filters;
   s.virtual_local_rank = c.virtual_local_rank;

@@ -124,7 +124,7 @@ TEST_F(LaunchPlanTest, StaticMultiNode) {
                  "--local_addr=10.0.0.3", "train"});
   ASSERT_TRUE(p.multi_node);
   const auto& s = *p.multi_node;
-  EXPECT_EQ(s.backend, "static");
+  EXPECT_EQ(s.backend, agent::Backend::kStatic);
   EXPECT_EQ(s.min_nodes, 3);
   EXPECT_EQ(s.max_nodes, 3);
   EXPECT_TRUE(s.static_ranks);
@@ -149,7 +149,7 @@ TEST_F(LaunchPlanTest, ElasticC10d) {
                  "train"});
   ASSERT_TRUE(p.multi_node);
   const auto& s = *p.multi_node;
-  EXPECT_EQ(s.backend, "c10d");
+  EXPECT_EQ(s.backend, agent::Backend::kC10d);
   EXPECT_EQ(s.min_nodes, 2);
   EXPECT_EQ(s.max_nodes, 4);
   EXPECT_FALSE(s.static_ranks);
@@ -183,8 +183,10 @@ TEST_F(LaunchPlanTest, Etcd) {
                    "--rdzv_conf=keep_alive_interval=0.5", "train"});
     ASSERT_TRUE(p.multi_node) << backend;  // one node too: etcd holds the job
     const auto& s = *p.multi_node;
-    EXPECT_EQ(s.backend, "etcd");
-    EXPECT_EQ(s.etcd_endpoints, "e1,e2:2380");
+    EXPECT_EQ(s.backend, agent::Backend::kEtcd);
+    ASSERT_EQ(s.etcd_members.size(), 2u);
+    EXPECT_EQ(s.etcd_members[1].host, "e2");
+    EXPECT_EQ(s.etcd_members[1].port, 2380);
     EXPECT_EQ(s.is_host, std::optional<bool>(false));
     EXPECT_EQ(s.node_rank_hint, 2);
     EXPECT_FALSE(s.etcd_tls);
@@ -194,8 +196,9 @@ TEST_F(LaunchPlanTest, Etcd) {
   }
   // torchrun's etcd-v2 spellings of the TLS files; certificates mean TLS.
   const std::string file = "/proc/self/exe";  // any readable file
-  auto tls = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e", "--rdzv_conf=ca_cert=" +
-                   file + ",ssl_cert=" + file + ",ssl_cert_key=" + file, "train"});
+  auto tls = plan({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=e",
+                   "--rdzv_conf=ca_cert=" + file + ",ssl_cert=" + file + ",ssl_cert_key=" + file,
+                   "train"});
   EXPECT_TRUE(tls.multi_node->etcd_tls);
   EXPECT_EQ(tls.multi_node->etcd_cacert, file);
   EXPECT_EQ(tls.multi_node->etcd_key, file);
@@ -213,10 +216,10 @@ TEST_F(LaunchPlanTest, BadMultiNodeInput) {
   EXPECT_NE(error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h:99999", "train"})
                 .find("the port must be 1 to 65535"),
             std::string::npos);
-  EXPECT_NE(error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h", "--rdzv_conf=ssl_cert=/x",
-                      "train"})
-                .find("ssl_cert=/x"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of({"--rdzv_backend=etcd", "--rdzv_endpoint=h", "--rdzv_conf=ssl_cert=/x", "train"})
+          .find("ssl_cert=/x"),
+      std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h",
                       "--rdzv_conf=join_timeout=-1", "train"})
                 .find("join_timeout=-1"),
@@ -229,7 +232,8 @@ TEST_F(LaunchPlanTest, BadMultiNodeInput) {
             std::string::npos);
   EXPECT_NE(error_of({"--standalone", "--nnodes=2", "train"}).find("--standalone runs one node"),
             std::string::npos);
-  EXPECT_NE(error_of({"--run_path", "x.py"}).find("--run-path"), std::string::npos);
+  EXPECT_NE(error_of({"--run_path", "-m", "pkg"}).find("--run-path runs a Python script"),
+            std::string::npos);
 }
 
 TEST_F(LaunchPlanTest, GpuCountWithoutGpus) {
@@ -382,6 +386,80 @@ TEST_F(LaunchPlanTest, BadHangAndHealthValuesAreOneLine) {
   EXPECT_NE(error_of({"--health-port=70000", script}).find("a port is a number"),
             std::string::npos);
   EXPECT_NE(error_of({"--health-host=localhost", script}).find("--health-host=localhost"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
+
+namespace ddprun::launcher {
+namespace {
+
+bool has_notice(const LaunchPlan& p, const std::string& text) {
+  for (const auto& n : p.notices) {
+    if (n.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// torchrun 2.15's documented usages, run as ddprun (launcher/README.md, "Differences").
+TEST_F(LaunchPlanTest, TorchrunConformance) {
+  // --run-path: the script runs in a python3 -u of its own, whatever its name.
+  auto run_path = plan({"--run-path", (dir_ / "notexec").string(), "a"});
+  EXPECT_EQ(run_path.spec.program, (dir_ / "bin" / "python3").string());
+  EXPECT_EQ(run_path.spec.args, (std::vector<std::string>{"-u", (dir_ / "notexec").string(), "a"}));
+  // --logs-specs: torch's default layout is ddprun's; a plugin is not.
+  EXPECT_EQ(plan({"--logs-specs", "default", "train"}).spec.program,
+            (dir_ / "bin" / "train").string());
+  EXPECT_NE(error_of({"--logs-specs=mine", "train"})
+                .find("--logs-specs=mine: --logs-specs loads a "
+                      "Python plugin"),
+            std::string::npos);
+  // --rdzv-conf keys are read where torchrun reads them: c10d ignores `timeout`, and a quoted
+  // value (as some scripts pass it) is no error, only notices.
+  auto quoted = plan({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h", "--rdzv-id=j",
+                      "--rdzv-conf", "'join_timeout=5,last_call_timeout=1,timeout=5'", "train"});
+  ASSERT_TRUE(quoted.multi_node);
+  EXPECT_EQ(quoted.multi_node->last_call_timeout, std::chrono::seconds(1));
+  EXPECT_EQ(quoted.multi_node->join_timeout, std::chrono::seconds(600));
+  EXPECT_TRUE(has_notice(quoted, "ignoring unknown key ''join_timeout'"));
+  EXPECT_TRUE(has_notice(quoted, "--rdzv-conf timeout: not read by the c10d backend"));
+  auto c10d = plan({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h", "--rdzv-id=j",
+                    "--rdzv-conf=timeout=x,join_timeout=7", "train"});
+  EXPECT_EQ(c10d.multi_node->join_timeout, std::chrono::seconds(7));
+  // The static backend reads `timeout`, not join_timeout.
+  auto st = plan({"--nnodes=2", "--master-addr=h", "--master-port=29500",
+                  "--rdzv-conf=timeout=9,join_timeout=x", "train"});
+  EXPECT_EQ(st.multi_node->join_timeout, std::chrono::seconds(9));
+  EXPECT_EQ(st.multi_node->join_timeout_key, "timeout");
+  EXPECT_TRUE(has_notice(st, "join_timeout: not read by the static backend"));
+  EXPECT_NE(error_of({"--nnodes=2", "--master-addr=h", "--master-port=29500",
+                      "--rdzv-conf=timeout=abc", "train"})
+                .find("--rdzv-conf timeout=abc: expected a number of seconds"),
+            std::string::npos);
+  // One node refuses what several would.
+  EXPECT_NE(error_of({"--rdzv-backend=c10d", "--rdzv-conf=join_timeout=abc", "train"})
+                .find("--rdzv-conf join_timeout=abc"),
+            std::string::npos);
+  // --nproc-per-node=xpu: refused with a word.
+  EXPECT_NE(error_of({"--nproc-per-node=xpu", "train"}).find("Intel XPUs are not supported"),
+            std::string::npos);
+}
+
+// torchrun's own variables stand in for their flags, through the flag table.
+TEST_F(LaunchPlanTest, TorchrunVariablesAreFlagSources) {
+  vars_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "7";
+  vars_["TORCHELASTIC_HEALTH_CHECK_PORT"] = "0";
+  vars_["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[${rank}]";
+  auto p = plan({"train"});
+  EXPECT_EQ(p.spec.shutdown_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(p.spec.health_port, 0);
+  EXPECT_EQ(p.spec.log_line_prefix_template, "[${rank}]");
+  EXPECT_EQ(plan({"--shutdown-timeout=3", "train"}).spec.shutdown_timeout, std::chrono::seconds(3));
+  vars_["PET_SHUTDOWN_TIMEOUT"] = "4";  // PET_ before torchrun's variable
+  EXPECT_EQ(plan({"train"}).spec.shutdown_timeout, std::chrono::seconds(4));
+  vars_["TORCHELASTIC_HEALTH_CHECK_PORT"] = "abc";
+  EXPECT_NE(error_of({"train"}).find("TORCHELASTIC_HEALTH_CHECK_PORT=abc: not an integer"),
             std::string::npos);
 }
 

@@ -21,6 +21,7 @@
 #include "launcher/fanout/stdin_eof_watch.hpp"
 #include "launcher/launch_plan.hpp"
 #include "launcher/usage.hpp"
+#include "store/sys/console.hpp"
 #include "store/sys/fd.hpp"
 #include "store/sys/fd_limit.hpp"
 #include "store/sys/log.hpp"
@@ -30,6 +31,8 @@ extern char** environ;
 namespace {
 
 using namespace ddprun;
+
+constexpr std::chrono::milliseconds kConsoleDrainAtExit{1000};
 
 // A closed stdin/stdout/stderr would make the next pipe or file take its number.
 void ensure_standard_fds() {
@@ -75,6 +78,10 @@ int main(int argc, char** argv) {
       print(STDOUT_FILENO, launcher::version_text());
       return launcher::kExitSuccess;
     }
+    if (!config.print_completion.empty()) {
+      print(STDOUT_FILENO, launcher::completion_script(config.print_completion));
+      return launcher::kExitSuccess;
+    }
     stop_on_stdin_eof = config.fanout.stop_on_stdin_eof;
     if (config.fanout.active()) {
       fanout = launcher::make_fanout_plan(config, launcher::this_process_inputs(get_env));
@@ -100,6 +107,8 @@ int main(int argc, char** argv) {
     sys::log_line(std::string("warning: no orphan guardian: ") + e.what());
   }
   boost::asio::io_context io(1);
+  // From here on a console nobody reads cannot stop the agent (store/sys/console.hpp).
+  sys::Console::attach(io);
   std::optional<launcher::StdinEofWatch> stdin_watch;  // EOF: SIGTERM, the agent's usual path
   if (stop_on_stdin_eof) stdin_watch.emplace(io);
   std::unique_ptr<agent::RendezvousHandler> rendezvous;
@@ -122,5 +131,7 @@ int main(int argc, char** argv) {
   } else if (!result.what.empty()) {
     sys::log_line(result.what);
   }
+  // A slow console gets a moment to show the last lines; a stuck one does not hold the exit.
+  sys::Console::finish(kConsoleDrainAtExit);
   return code;
 }

@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 #include "launcher/bind_hosts.hpp"
 #include "launcher/cli_parser.hpp"
@@ -42,64 +42,157 @@ std::string readable_file(const std::string& key, const std::string& path) {
   return path;
 }
 
+using agent::Backend;
+
+// Bit per backend, for the readers table.
+constexpr unsigned kStatic = 1, kC10d = 2, kEtcd = 4, kAll = 7;
+
+unsigned bit(Backend b) {
+  switch (b) {
+    case Backend::kStatic:
+      return kStatic;
+    case Backend::kC10d:
+      return kC10d;
+    case Backend::kEtcd:
+      return kEtcd;
+  }
+  return 0;
+}
+
+void read_key(const std::string& key, const std::string& value, agent::RendezvousSettings& s,
+              std::vector<std::string>& notices) {
+  if (key == "join_timeout" || key == "timeout") {
+    s.join_timeout = seconds_value(key, value, false);
+    s.join_timeout_key = key;
+  } else if (key == "last_call_timeout") {
+    s.last_call_timeout = seconds_value(key, value, true);
+  } else if (key == "close_timeout") {
+    s.close_timeout = seconds_value(key, value, false);
+  } else if (key == "read_timeout") {
+    s.read_timeout = seconds_value(key, value, false);
+  } else if (key == "keep_alive_interval") {
+    s.keep_alive_interval = seconds_value(key, value, false);
+  } else if (key == "keep_alive_max_attempt") {
+    auto n = parse_int(value);
+    if (!n || *n < 1 || *n > 1000) {
+      throw CliError("--rdzv-conf keep_alive_max_attempt=" + value + ": expected 1 to 1000");
+    }
+    s.keep_alive_max_attempt = static_cast<int>(*n);
+  } else if (key == "exit_barrier_timeout") {
+    s.exit_barrier_timeout = seconds_value(key, value, true);
+  } else if (key == "is_host") {
+    s.is_host = bool_value(key, value);
+  } else if (key == "token_file") {
+    sys::TokenFile file = sys::read_token_file(value);
+    if (!file.error.empty()) throw CliError("--rdzv-conf token_file: " + file.error);
+    if (!file.warning.empty()) notices.push_back(file.warning);
+    s.token = std::move(file.token);
+  } else if (key == "protocol") {
+    if (value != "http" && value != "https") {
+      throw CliError("--rdzv-conf protocol=" + value + ": expected http or https");
+    }
+    s.etcd_tls = value == "https";
+  } else if (key == "cacert" || key == "ca_cert") {
+    s.etcd_cacert = readable_file(key, value);
+  } else if (key == "cert" || key == "ssl_cert") {
+    s.etcd_cert = readable_file(key, value);
+  } else if (key == "key" || key == "ssl_cert_key") {
+    s.etcd_key = readable_file(key, value);
+  } else if (key == "store_type") {
+    if (value != "tcp" && value != "TCPStore") {
+      throw CliError("--rdzv-conf store_type=" + value + ": ddprun's rendezvous store is TCP");
+    }
+  }
+}
+
+// The keys, and which backends read them: torchrun's static backend reads timeout; its c10d
+// and etcd-v2 backends join_timeout, last_call_timeout, close_timeout, read_timeout, keep-alive,
+// is_host and store_type (c10d) and the TLS files (etcd); its old etcd backend timeout.
+// close_timeout, read_timeout, the keep-alive, exit_barrier_timeout and token_file are also
+// ddprun's own knobs of its static backend, which is built on the same round protocol.
+struct Reader {
+  std::string_view key;
+  unsigned backends;  // 0: torchrun knobs without a counterpart, accepted and unused
+};
+constexpr Reader kReaders[] = {
+    {"join_timeout", kC10d | kEtcd},
+    {"timeout", kStatic | kEtcd},
+    {"last_call_timeout", kC10d | kEtcd},
+    {"close_timeout", kAll},
+    {"read_timeout", kAll},
+    {"keep_alive_interval", kAll},
+    {"keep_alive_max_attempt", kAll},
+    {"exit_barrier_timeout", kAll},
+    {"is_host", kC10d},
+    {"store_type", kC10d},
+    {"token_file", kStatic | kC10d},
+    {"protocol", kEtcd},
+    {"cacert", kEtcd},
+    {"ca_cert", kEtcd},
+    {"cert", kEtcd},
+    {"ssl_cert", kEtcd},
+    {"key", kEtcd},
+    {"ssl_cert_key", kEtcd},
+    {"heartbeat_timeout", 0},
+    {"heartbeat", 0},
+    {"use_libuv", 0},
+    {"rank", 0},
+    {"cas_backoff_max_seconds", 0},
+    {"etcd_prefix", 0},
+};
+
+const Reader* reader_of(const std::string& key) {
+  for (const Reader& r : kReaders) {
+    if (r.key == key) return &r;
+  }
+  return nullptr;
+}
+
+// Why `key` is not read by `backend`, in the notice's words.
+std::string not_read_notice(const std::string& key, Backend backend) {
+  const std::string name(agent::backend_name(backend));
+  if (key == "is_host") {
+    return backend == Backend::kEtcd ? "--rdzv-conf is_host: etcd is the store"
+                                     : "--rdzv-conf is_host: ignored by the static backend "
+                                       "(node 0 hosts)";
+  }
+  if (key == "token_file") {
+    return "--rdzv-conf token_file: not used with etcd; etcd checks agents with TLS client "
+           "certificates (cert=, key=); the workers' store still admits only the round's members";
+  }
+  if (key == "join_timeout" && backend == Backend::kStatic) {
+    return "--rdzv-conf join_timeout: not read by the static backend (as torchrun's, it reads "
+           "timeout)";
+  }
+  if (key == "timeout") {
+    return "--rdzv-conf timeout: not read by the " + name +
+           " backend (as torchrun's, it reads join_timeout)";
+  }
+  return "--rdzv-conf " + key + ": not read by the " + name + " backend";
+}
+
 }  // namespace
 
 void apply_rdzv_conf(const LaunchConfig& c, agent::RendezvousSettings& s,
                      std::vector<std::string>& notices) {
   const auto& conf = c.rdzv_conf;
   for (const auto& [key, value] : conf) {
-    if (key == "join_timeout") {
-      s.join_timeout = seconds_value(key, value, false);
-    } else if (key == "timeout") {  // the static backend's name for it
-      if (!conf.count("join_timeout")) s.join_timeout = seconds_value(key, value, false);
-    } else if (key == "last_call_timeout") {
-      s.last_call_timeout = seconds_value(key, value, true);
-    } else if (key == "close_timeout") {
-      s.close_timeout = seconds_value(key, value, false);
-    } else if (key == "read_timeout") {
-      s.read_timeout = seconds_value(key, value, false);
-    } else if (key == "keep_alive_interval") {
-      s.keep_alive_interval = seconds_value(key, value, false);
-    } else if (key == "keep_alive_max_attempt") {
-      auto n = parse_int(value);
-      if (!n || *n < 1 || *n > 1000) {
-        throw CliError("--rdzv-conf keep_alive_max_attempt=" + value + ": expected 1 to 1000");
-      }
-      s.keep_alive_max_attempt = static_cast<int>(*n);
-    } else if (key == "exit_barrier_timeout") {
-      s.exit_barrier_timeout = seconds_value(key, value, true);
-    } else if (key == "is_host") {
-      s.is_host = bool_value(key, value);
-    } else if (key == "token_file") {
-      sys::TokenFile file = sys::read_token_file(value);
-      if (!file.error.empty()) throw CliError("--rdzv-conf token_file: " + file.error);
-      if (!file.warning.empty()) notices.push_back(file.warning);
-      s.token = std::move(file.token);
-    } else if (key == "protocol") {
-      if (value != "http" && value != "https") {
-        throw CliError("--rdzv-conf protocol=" + value + ": expected http or https");
-      }
-      s.etcd_tls = value == "https";
-    } else if (key == "cacert" || key == "ca_cert") {
-      s.etcd_cacert = readable_file(key, value);
-    } else if (key == "cert" || key == "ssl_cert") {
-      s.etcd_cert = readable_file(key, value);
-    } else if (key == "key" || key == "ssl_cert_key") {
-      s.etcd_key = readable_file(key, value);
-    } else if (key == "store_type") {
-      if (value != "tcp" && value != "TCPStore") {
-        throw CliError("--rdzv-conf store_type=" + value + ": ddprun's rendezvous store is TCP");
-      }
-    } else if (key == "heartbeat_timeout" || key == "heartbeat" || key == "use_libuv" ||
-               key == "rank") {
-      // torchrun knobs with no counterpart: accepted and unused.
-    } else {
+    const Reader* r = reader_of(key);
+    if (!r) {
       notices.push_back("--rdzv-conf: ignoring unknown key '" + key + "'");
+    } else if (r->backends == 0) {
+      // torchrun knobs with no counterpart: accepted and unused.
+    } else if (!(r->backends & bit(s.backend))) {
+      notices.push_back(not_read_notice(key, s.backend));
+    } else if (key == "timeout" && conf.count("join_timeout") && s.backend == Backend::kEtcd) {
+      // etcd reads both spellings; join_timeout wins.
+    } else {
+      read_key(key, value, s, notices);
     }
   }
 }
 
-agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Endpoint& endpoint,
+agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const LaunchClass& lc,
                                               std::vector<std::string>& notices) {
   agent::RendezvousSettings s;
   s.backend = c.rdzv_backend;
@@ -108,36 +201,35 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Endpo
   s.max_nodes = c.max_nodes;
   s.max_restarts = c.max_restarts;
   s.local_addr = c.local_addr;
-  s.endpoint_host = endpoint.host;
-  if (c.rdzv_backend.starts_with("etcd")) {
-    // etcd-v2 and etcd-v3 name the same backend: ddprun speaks the v3 API.
-    if (c.rdzv_backend == "etcd-v2") {
-      notices.push_back(
-          "--rdzv-backend=etcd-v2: ddprun speaks etcd's v3 API (served by every etcd since "
-          "3.0; 3.6 turned v2 off), so this runs as --rdzv-backend=etcd");
-    }
-    s.backend = "etcd";
-    s.etcd_endpoints = endpoint.host;
-    s.endpoint_host.clear();
-    s.endpoint_port = 0;
-    s.is_host = false;  // etcd is the store: no agent hosts one
-    s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;
+  s.endpoint_host = lc.endpoint.host;
+  s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;
+  switch (c.rdzv_backend) {
+    case Backend::kEtcd:
+      if (c.rdzv_backend_spelled == "etcd-v2") {
+        notices.push_back(
+            "--rdzv-backend=etcd-v2: ddprun speaks etcd's v3 API (served by every etcd since "
+            "3.0; 3.6 turned v2 off), so this runs as --rdzv-backend=etcd");
+      }
+      s.etcd_members = lc.etcd_members;
+      s.endpoint_host.clear();
+      s.endpoint_port = 0;
+      s.is_host = false;  // etcd is the store: no agent hosts one
+      break;
+    case Backend::kC10d:
+      s.endpoint_port = lc.endpoint.port.value_or(agent::kC10dPort);
+      break;
+    case Backend::kStatic:  // node 0 hosts the store, as torchrun's static backend
+      s.endpoint_port = lc.endpoint.port.value_or(agent::kStaticPort);
+      s.static_ranks = true;
+      s.node_rank_hint = c.node_rank;
+      s.is_host = c.node_rank == 0;
+      s.join_timeout_key = "timeout";
+      break;
   }
-  if (c.rdzv_backend == "c10d" || c.rdzv_backend.starts_with("etcd")) {
-    if (s.backend == "c10d") {
-      s.endpoint_port = endpoint.port.value_or(29400);
-      s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;
-    }
-    if (c.rdzv_id == "none") {
-      notices.push_back(
-          "warning: --rdzv-id is 'none' (the default): another job started with the same "
-          "endpoint and id would join this one; give each job its own --rdzv-id");
-    }
-  } else {  // static: node 0 hosts the store, as torchrun's static backend
-    s.endpoint_port = endpoint.port.value_or(29500);
-    s.static_ranks = true;
-    s.node_rank_hint = c.node_rank;
-    s.is_host = c.node_rank == 0;
+  if (c.rdzv_backend != Backend::kStatic && c.rdzv_id == "none") {
+    notices.push_back(
+        "warning: --rdzv-id is 'none' (the default): another job started with the same "
+        "endpoint and id would join this one; give each job its own --rdzv-id");
   }
   // The rendezvous store (when hosted here) listens where the endpoint says; this node's
   // workers' store where the other nodes reach it: the advertised --local-addr.
@@ -145,33 +237,15 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Endpo
   s.bind_host = bind_address(s.endpoint_host, ipv6);
   s.workers_bind_host = bind_address(c.local_addr, ipv6);
   apply_rdzv_conf(c, s, notices);
-  if (s.backend != "etcd") {
-    for (const char* key : {"protocol", "cacert", "ca_cert", "cert", "ssl_cert", "key",
-                            "ssl_cert_key"}) {
-      if (c.rdzv_conf.count(key)) {
-        notices.push_back(std::string("--rdzv-conf ") + key + ": only the etcd backend uses it");
-      }
-    }
-  } else {
-    if (c.rdzv_conf.count("is_host")) notices.push_back("--rdzv-conf is_host: etcd is the store");
-    if (c.rdzv_conf.count("token_file")) {
-      notices.push_back("--rdzv-conf token_file: not used with etcd; etcd checks agents with TLS "
-                        "client certificates (cert=, key=); the workers' store still admits "
-                        "only the round's members");
-      s.token.clear();
-    }
-    s.is_host = false;
+  if (s.backend == Backend::kEtcd) {
     if (!s.etcd_tls && (!s.etcd_cacert.empty() || !s.etcd_cert.empty())) {
       s.etcd_tls = true;  // certificates given: TLS, as torchrun's etcd backend does
     }
     if (s.etcd_cert.empty() != s.etcd_key.empty()) {
-      throw CliError("--rdzv-conf: give the client certificate and its key together (cert= "
-                     "and key=)");
+      throw CliError(
+          "--rdzv-conf: give the client certificate and its key together (cert= "
+          "and key=)");
     }
-  }
-  if (s.backend == "static" && c.rdzv_conf.count("is_host")) {
-    notices.push_back("--rdzv-conf is_host: ignored by the static backend (node 0 hosts)");
-    s.is_host = c.node_rank == 0;
   }
   return s;
 }

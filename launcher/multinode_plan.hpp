@@ -12,12 +12,15 @@
 
 namespace ddprun::launcher {
 
-// `endpoint` is classify_launch's (the flags are already validated there). Throws CliError on
+// `lc` is classify_launch's (the flags are already validated there). Throws CliError on
 // a bad --rdzv-conf value; adds one-line notices (e.g. --rdzv-id none) to `notices`.
-agent::RendezvousSettings multi_node_settings(const LaunchConfig& config, const Endpoint& endpoint,
+agent::RendezvousSettings multi_node_settings(const LaunchConfig& config, const LaunchClass& lc,
                                               std::vector<std::string>& notices);
 
-// --rdzv-conf values applied to `settings`; throws CliError on a bad value.
+// --rdzv-conf applied to `settings` for `settings.backend`: each key is read by the backends
+// torchrun reads it with (and ddprun's own keys where its implementation uses them); anywhere
+// else it gets a notice and is not read, so a value it could not parse is no error there.
+// Throws CliError on a bad value of a key that is read.
 void apply_rdzv_conf(const LaunchConfig& config, agent::RendezvousSettings& settings,
                      std::vector<std::string>& notices);
 

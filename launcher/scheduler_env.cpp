@@ -101,9 +101,15 @@ class SlurmStep {
 };
 
 // What --rdzv-backend chose decides which flags a step implies.
-std::vector<std::string> wanted_flags(const std::string& backend) {
-  if (backend == "c10d") return {"nnodes", "node_rank", "rdzv_endpoint", "rdzv_id"};
-  if (backend.starts_with("etcd")) return {"nnodes", "node_rank", "rdzv_id"};
+std::vector<std::string> wanted_flags(agent::Backend backend) {
+  switch (backend) {
+    case agent::Backend::kC10d:
+      return {"nnodes", "node_rank", "rdzv_endpoint", "rdzv_id"};
+    case agent::Backend::kEtcd:
+      return {"nnodes", "node_rank", "rdzv_id"};
+    case agent::Backend::kStatic:
+      break;
+  }
   return {"nnodes", "node_rank", "master_addr", "master_port", "rdzv_id"};
 }
 
@@ -158,7 +164,7 @@ SchedulerFlags derive_slurm(SlurmStep& step, const std::vector<std::string>& wan
 }  // namespace
 
 SchedulerFlags derive_scheduler_flags(const GetEnv& getenv, const std::set<std::string>& given,
-                                      const std::string& backend, bool standalone) {
+                                      agent::Backend backend, bool standalone) {
   Var job = first_of(getenv, {"SLURM_JOB_ID", "SLURM_JOBID"});
   if (!job || standalone) return {};
   std::vector<std::string> wanted;

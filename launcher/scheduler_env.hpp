@@ -40,10 +40,10 @@ struct SchedulerFlags {
 };
 
 // `given`: canonical names of the flags the command line or PET_* set; `backend`: the
-// rendezvous backend they chose ("static" by default); `standalone`: --standalone (then
+// rendezvous backend they chose (static by default); `standalone`: --standalone (then
 // nothing is derived: one node). Pure: reads only through `getenv`.
 SchedulerFlags derive_scheduler_flags(const GetEnv& getenv, const std::set<std::string>& given,
-                                      const std::string& backend, bool standalone);
+                                      agent::Backend backend, bool standalone);
 
 // The master port of a Slurm job, the same on every node: 15000 + job_id % 10000, so within
 // 15000-24999, below Linux's ephemeral ports (32768-60999) and away from torchrun's 29400 and

@@ -43,7 +43,8 @@ std::map<std::string, std::string> flags_of(const SchedulerFlags& d) {
 }
 
 TEST(SchedulerEnv, SrunStepDerivesTheStaticJob) {
-  SchedulerFlags d = derive_scheduler_flags(env_of(srun_step()), {}, "static", false);
+  SchedulerFlags d =
+      derive_scheduler_flags(env_of(srun_step()), {}, agent::Backend::kStatic, false);
   EXPECT_EQ(d.error, "");
   EXPECT_EQ(flags_of(d), (std::map<std::string, std::string>{{"nnodes", "4"},
                                                              {"node_rank", "2"},
@@ -57,15 +58,15 @@ TEST(SchedulerEnv, SrunStepDerivesTheStaticJob) {
 }
 
 TEST(SchedulerEnv, GivenFlagsAreNotDerived) {
-  SchedulerFlags d =
-      derive_scheduler_flags(env_of(srun_step()), {"nnodes", "master_port"}, "static", false);
+  SchedulerFlags d = derive_scheduler_flags(env_of(srun_step()), {"nnodes", "master_port"},
+                                            agent::Backend::kStatic, false);
   EXPECT_EQ(flags_of(d),
             (std::map<std::string, std::string>{
                 {"node_rank", "2"}, {"master_addr", "rack0-n01"}, {"rdzv_id", "1234"}}));
   EXPECT_EQ(d.notice.find("--nnodes"), std::string::npos);
   auto all = derive_scheduler_flags(
       env_of(srun_step()), {"nnodes", "node_rank", "master_addr", "master_port", "rdzv_id"},
-      "static", false);
+      agent::Backend::kStatic, false);
   EXPECT_TRUE(all.flags.empty());
   EXPECT_EQ(all.notice, "");
 }
@@ -76,7 +77,7 @@ TEST(SchedulerEnv, StepVariablesWinOverTheJobs) {
   v["SLURM_STEP_NUM_TASKS"] = "2";
   v["SLURM_NODEID"] = "1";
   v["SLURM_STEP_NODELIST"] = "rack0-n[03-04]";
-  auto f = flags_of(derive_scheduler_flags(env_of(v), {}, "static", false));
+  auto f = flags_of(derive_scheduler_flags(env_of(v), {}, agent::Backend::kStatic, false));
   EXPECT_EQ(f["nnodes"], "2");
   EXPECT_EQ(f["master_addr"], "rack0-n03");
   // Without the step's variables (an older srun): SLURM_NNODES and SLURM_NODELIST.
@@ -84,7 +85,7 @@ TEST(SchedulerEnv, StepVariablesWinOverTheJobs) {
   v.erase("SLURM_STEP_NUM_NODES");
   v.erase("SLURM_STEP_NODELIST");
   v["SLURM_NODELIST"] = "a[1-3],b";
-  SchedulerFlags d = derive_scheduler_flags(env_of(v), {}, "static", false);
+  SchedulerFlags d = derive_scheduler_flags(env_of(v), {}, agent::Backend::kStatic, false);
   EXPECT_EQ(flags_of(d)["master_addr"], "a1");
   EXPECT_NE(d.notice.find("(from SLURM_NNODES, SLURM_NODEID, SLURM_NODELIST, SLURM_JOB_ID)"),
             std::string::npos)
@@ -100,28 +101,31 @@ TEST(SchedulerEnv, BatchScriptOrSallocShellDerivesNothing) {
   }
   v["SLURM_NODEID"] = "0";
   v["SLURM_PROCID"] = "0";
-  SchedulerFlags d = derive_scheduler_flags(env_of(v), {}, "static", false);
+  SchedulerFlags d = derive_scheduler_flags(env_of(v), {}, agent::Backend::kStatic, false);
   EXPECT_TRUE(d.flags.empty());
   EXPECT_EQ(d.error, "");
   EXPECT_NE(d.notice.find("not inside an srun step"), std::string::npos) << d.notice;
 }
 
 TEST(SchedulerEnv, OutsideSlurmAndStandaloneDeriveNothing) {
-  SchedulerFlags none = derive_scheduler_flags(env_of({}), {}, "static", false);
+  SchedulerFlags none = derive_scheduler_flags(env_of({}), {}, agent::Backend::kStatic, false);
   EXPECT_TRUE(none.flags.empty());
   EXPECT_EQ(none.notice + none.error, "");
-  SchedulerFlags standalone = derive_scheduler_flags(env_of(srun_step()), {}, "static", true);
+  SchedulerFlags standalone =
+      derive_scheduler_flags(env_of(srun_step()), {}, agent::Backend::kStatic, true);
   EXPECT_TRUE(standalone.flags.empty());
   EXPECT_EQ(standalone.notice + standalone.error, "");
 }
 
 TEST(SchedulerEnv, BackendDecidesWhatIsDerived) {
-  auto c10d = flags_of(derive_scheduler_flags(env_of(srun_step()), {}, "c10d", false));
+  auto c10d =
+      flags_of(derive_scheduler_flags(env_of(srun_step()), {}, agent::Backend::kC10d, false));
   EXPECT_EQ(c10d, (std::map<std::string, std::string>{{"nnodes", "4"},
                                                       {"node_rank", "2"},
                                                       {"rdzv_endpoint", "rack0-n01:16234"},
                                                       {"rdzv_id", "1234"}}));
-  auto etcd = flags_of(derive_scheduler_flags(env_of(srun_step()), {}, "etcd", false));
+  auto etcd =
+      flags_of(derive_scheduler_flags(env_of(srun_step()), {}, agent::Backend::kEtcd, false));
   EXPECT_EQ(etcd, (std::map<std::string, std::string>{
                       {"nnodes", "4"}, {"node_rank", "2"}, {"rdzv_id", "1234"}}));
 }
@@ -141,14 +145,15 @@ TEST(SchedulerEnv, InconsistentStepsAreOneClearError) {
        }) {
     Vars v = srun_step();
     v[c.var] = c.value;
-    SchedulerFlags d = derive_scheduler_flags(env_of(v), {}, "static", false);
+    SchedulerFlags d = derive_scheduler_flags(env_of(v), {}, agent::Backend::kStatic, false);
     EXPECT_NE(d.error.find(c.error), std::string::npos) << c.var << " -> " << d.error;
     EXPECT_EQ(d.error.rfind("slurm: ", 0), 0u) << d.error;
   }
   // A bad node list does not matter when --master-addr is given.
   Vars v = srun_step();
   v["SLURM_STEP_NODELIST"] = "rack0-n[01-04";
-  EXPECT_EQ(derive_scheduler_flags(env_of(v), {"master_addr"}, "static", false).error, "");
+  EXPECT_EQ(
+      derive_scheduler_flags(env_of(v), {"master_addr"}, agent::Backend::kStatic, false).error, "");
 }
 
 TEST(SchedulerEnv, MasterPortIsDeterministicAndInRange) {

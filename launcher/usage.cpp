@@ -34,6 +34,14 @@ void append_wrapped(std::string& out, size_t used, std::string_view text) {
 
 }  // namespace
 
+std::string default_text(const Flag& f) {
+  std::string out;
+  if (!f.env.empty()) out += "$" + std::string(f.env);
+  if (!f.default_value.empty())
+    out += (out.empty() ? "" : ", else ") + std::string(f.default_value);
+  return out.empty() ? out : " (default " + out + ")";
+}
+
 std::string usage_line() {
   return "usage: ddprun [OPTIONS] (SCRIPT.py | -m MODULE | PROGRAM) [ARGS...]  "
          "(ddprun --help lists the options)\n";
@@ -65,9 +73,9 @@ std::string help_text() {
       "name on PATH) is exec'd directly, as with --no-python. Everything after it is passed\n"
       "to every worker unchanged, with ${local_rank} replaced by the worker's local rank.\n";
   static const std::pair<std::string_view, std::string_view> groups[] = {
-      {"general", "General"}, {"nodes", "Nodes and workers"}, {"rendezvous", "Rendezvous"},
-      {"workers", "Workers"}, {"health", "Hangs, health and events"},
-      {"entrypoint", "Entrypoint"}, {"logs", "Logs"}, {"ssh", "Several nodes over ssh"}};
+      {"general", "General"}, {"nodes", "Nodes and workers"},         {"rendezvous", "Rendezvous"},
+      {"workers", "Workers"}, {"health", "Hangs, health and events"}, {"entrypoint", "Entrypoint"},
+      {"logs", "Logs"},       {"ssh", "Several nodes over ssh"}};
   for (const auto& [key, title] : groups) {
     out += "\n";
     out += title;
@@ -91,7 +99,7 @@ std::string help_text() {
         spell += "\n" + std::string(kColumn, ' ');
       }
       out += spell;
-      append_wrapped(out, kColumn, f.help);
+      append_wrapped(out, kColumn, std::string(f.help) + default_text(f));
     }
   }
   out +=
@@ -108,6 +116,38 @@ std::string help_text() {
       "failed, the store was lost, the workers could not start or the job failed on another\n"
       "node; 128 + N when ddprun itself got signal N; 2 for bad arguments (nothing is\n"
       "started).\n";
+  return out;
+}
+
+namespace {
+
+std::string md_cell(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '|') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string flag_table_markdown() {
+  std::string out = "| flag | default | what |\n|---|---|---|\n";
+  for (const Flag& f : flag_table()) {
+    std::string spell = "`";
+    if (f.short_name) spell += std::string("-") + f.short_name + "`, `";
+    spell += dashed(f.name);
+    if (f.takes_value) spell += " " + std::string(f.metavar);
+    spell += "`";
+    std::string def;
+    if (!f.env.empty()) def += "`$" + std::string(f.env) + "`";
+    if (!f.default_value.empty()) {
+      def += (def.empty() ? "`" : ", else `") + std::string(f.default_value) + "`";
+    }
+    if (def.empty()) def = f.takes_value ? "none" : "off";
+    out += "| " + md_cell(spell) + " | " + md_cell(def) + " | " + md_cell(f.help) + " |\n";
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "store/auth.hpp"
 #include "store/client_frames.hpp"
 #include "store/socket_io.hpp"
+#include "store/sys/async_resolve.hpp"
 #include "store/sys/net.hpp"
 #include "store/wire.hpp"
 
@@ -30,6 +32,10 @@ using Clock = std::chrono::steady_clock;
 using Kind = StoreError::Kind;
 using namespace client_frames;  // NOLINT: the frame builders
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+bool cancelled(const asio::cancellation_state& state) {
+  return state.cancelled() != asio::cancellation_type::none;
+}
 
 Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) return Clock::time_point::max();
@@ -175,7 +181,9 @@ void AsyncChannel::check(const boost::system::error_code& ec, const char* doing)
 
 asio::awaitable<bool> AsyncChannel::open(std::string host, uint16_t port,
                                          Clock::time_point deadline, std::string* error) {
-  std::vector<sys::ResolvedAddress> addresses = sys::resolve(host, port, false, error);
+  // Off this thread: a name server that does not answer must not stop the caller's loop.
+  std::vector<sys::ResolvedAddress> addresses = co_await sys::async_resolve(host, port, error);
+  if (cancelled(co_await asio::this_coro::cancellation_state)) co_return false;
   Operation op(*this, "handshake", deadline);
   boost::system::error_code ec = asio::error::host_not_found;
   for (size_t i = 0; ec && !timed_out_ && i < addresses.size(); ++i) {
@@ -375,15 +383,19 @@ asio::awaitable<std::unique_ptr<AsyncClient>> AsyncClient::connect(asio::any_io_
     // answers the PING must not eat the whole connect budget).
     auto attempt_deadline = std::min(deadline, deadline_after(options.timeout));
     auto channel = std::make_shared<AsyncChannel>(executor, options, peer);
-    if (co_await channel->open(host, port, attempt_deadline, &error)) {
-      co_return std::unique_ptr<AsyncClient>(new AsyncClient(std::move(channel)));
-    }
+    const bool opened = co_await channel->open(host, port, attempt_deadline, &error);
+    if (cancelled(co_await asio::this_coro::cancellation_state)) break;
+    if (opened) co_return std::unique_ptr<AsyncClient>(new AsyncClient(std::move(channel)));
     const auto now = Clock::now();
     if (now >= deadline) break;
     const auto sleep = backoff * (75 + static_cast<int>(jitter() % 50)) / 100;  // +-25 %
     pause.expires_after(std::min<Clock::duration>(sleep, deadline - now));
     co_await pause.async_wait(kUseTuple);
+    if (cancelled(co_await asio::this_coro::cancellation_state)) break;
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  if (cancelled(co_await asio::this_coro::cancellation_state)) {
+    throw StoreError(Kind::kClosed, "connecting to the store at " + peer + " was cancelled");
   }
   throw StoreError(Kind::kConnect, "cannot connect to the store at " + peer + " within " +
                                        std::to_string(options.connect_timeout.count()) +

@@ -22,8 +22,8 @@
 // GCC 12 cannot compile a braced list of strings inside a co_await expression
 // (`co_await c.wait({"a"}, t)`: "array used as initializer"): build the vector first.
 //
-// Host names are resolved with sys::resolve, which may briefly block the executor's thread on
-// DNS; address literals are never looked up.
+// Host names are resolved with sys::async_resolve (on a thread of its own, so DNS never blocks
+// the executor); address literals are never looked up.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -50,7 +50,9 @@ class AsyncClient {
 
   // Connects (retrying with jittered exponential back-off, 10 ms doubling to 1 s, until
   // options.connect_timeout; each attempt bounded by options.timeout), handshakes, and returns
-  // a client bound to `executor`. Throws StoreError(kConnect) naming host:port.
+  // a client bound to `executor`. Throws StoreError(kConnect) naming host:port. Cancelling it
+  // (a cancellation slot on the awaiting coroutine) ends it at once, name lookup included,
+  // with StoreError(kClosed, "... was cancelled").
   // `options` has no default: GCC 12 destroys a defaulted ClientOptions argument (a class
   // with a string) twice when the call sits in a co_await expression; pass a named one.
   static awaitable<std::unique_ptr<AsyncClient>> connect(boost::asio::any_io_executor executor,

@@ -17,9 +17,6 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-// A client that sends without reading its replies is not read from while more than this is
-// waiting to be sent to it.
-constexpr size_t kHighWater = 4 << 20;
 // Bytes read from one connection in one go before others get a turn.
 constexpr size_t kMaxBurst = 1 << 20;
 
@@ -30,7 +27,7 @@ Connection::Connection(std::shared_ptr<detail::ServerCore> core, sys::UniqueFd f
     : core_(std::move(core)),
       fd_(std::move(fd)),
       peer_(peer),
-      session_(core_->state, core_->options.limits, *this, core_->options.token) {
+      session_(core_->state, core_->options.limits, *this, core_->options.token, &core_->budget) {
   core_->add(*this);
 }
 
@@ -90,14 +87,25 @@ void Connection::on_readable() {
   size_t total = 0;
   char* buffer = core_->scratch.get();
   while (!closed_) {
-    if (session_.output().size() > kHighWater) {
-      read_paused_ = true;  // the send that left this much queued hit a full socket:
-      return;               // its "writable" edge resumes reading
+    if (session_.paused()) {
+      // A reply did not fit: nothing more is read until it does.
+      const uint64_t handled = session_.requests_handled();
+      if (!resume()) break;
+      if (!session_.paused()) continue;  // the socket may hold more: read on
+      // Its own replies went out whole: room again here, try once more.
+      if (session_.output().empty() && session_.requests_handled() != handled) continue;
+      read_paused_ = true;
+      // Else what resumes it: the socket's "writable" edge (it is full), the release of the
+      // WAIT that holds replies back (ServerCore::flush_deferred), or, with nothing queued
+      // here, budget that other connections give back.
+      if (session_.output().empty() && !session_.waiting()) core_->wait_for_budget(*this);
+      return;
     }
     const ssize_t n = ::recv(fd_.get(), buffer, core_->kScratchSize, 0);
     if (n > 0) {
       if (!consume(buffer, static_cast<size_t>(n))) break;
       flush();
+      if (session_.paused()) continue;
       if (static_cast<size_t>(n) < core_->kScratchSize && !peer_shut_) return;  // emptied
       total += static_cast<size_t>(n);
       if (total >= kMaxBurst) {  // others get a turn before this client's next megabyte
@@ -124,6 +132,8 @@ void Connection::finish() {
   finished_ = true;
   if (session_.challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
   if (!closed_) shut();
+  session_.discard_output();  // its budget goes to the connections that wait for it
+  core_->wake_budget_waiters();
   session_.fire_will();  // after the close: the will's waiters may be anywhere but here
   // The handler that called this may still use the object: release it after that handler.
   if (self_) asio::post(core_->io, [self = std::move(self_)] {});
@@ -139,6 +149,21 @@ bool Connection::consume(const char* data, size_t size) {
   return false;
 }
 
+bool Connection::resume() {
+  flush();  // what fits in the socket leaves first, making room
+  if (closed_) return false;
+  try {
+    if (session_.resume()) {
+      flush();
+      return !closed_;
+    }
+    drop(session_.error());
+  } catch (const std::exception& e) {
+    drop(std::string("internal error: ") + e.what());
+  }
+  return false;
+}
+
 // A full socket raises a "writable" edge once it drains, which sends the rest.
 int Connection::send_queued() {
   while (!closed_) {
@@ -146,6 +171,7 @@ int Connection::send_queued() {
     if (out.empty()) return 0;
     const ssize_t n = ::send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL);
     if (n >= 0) {
+      if (n > 0) last_sent_ = std::chrono::steady_clock::now();
       session_.consume_output(static_cast<size_t>(n));
       continue;
     }
@@ -158,6 +184,7 @@ int Connection::send_queued() {
 
 void Connection::flush() {
   if (send_queued() != 0) close();  // the peer is gone
+  core_->wake_budget_waiters();     // what was sent gave budget back
 }
 
 void Connection::on_keep_alive(int64_t interval_ms, uint32_t probes) {

@@ -20,6 +20,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 
 #include "store/poller.hpp"
@@ -56,6 +57,9 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   // Closes the socket and leaves the Poller (no event reaches this connection after it).
   void shut();
   bool consume(const char* data, size_t size);
+  // Sends what it can and lets the paused session try its request again; false when the
+  // connection was closed.
+  bool resume();
   void on_output() override { core_->defer_flush(*this); }
   void on_keep_alive(int64_t interval_ms, uint32_t probes) override;
   // Sends what the session has queued until it is sent or the socket is full. Returns 0, or
@@ -82,9 +86,13 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   bool closed_ = false;
   bool finished_ = false;
   bool peer_shut_ = false;    // the peer's FIN (or an error) is known: read to the end
-  bool read_paused_ = false;  // over the output high-water mark: reads resume on "writable"
+  bool read_paused_ = false;  // the session paused (a reply did not fit): see on_readable()
   bool refusal_logged_ = false;
   bool flush_deferred_ = false;  // listed in ServerCore::deferred
+  bool budget_waiting_ = false;  // listed in ServerCore::budget_waiters
+  // When the client last took reply bytes (or the connection started): ServerCore closes a
+  // connection that holds budget and has not read for reply_stall_timeout while others wait.
+  std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ddprun::store

@@ -1,6 +1,7 @@
 // ddpstore: the store on its own, for multi-node jobs (so it need not live in one node's
 // agent) and for anyone who wants a TCPStore server without Python.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -14,6 +15,7 @@
 #include <system_error>
 
 #include "store/server.hpp"
+#include "store/sys/console.hpp"
 #include "store/sys/fd_limit.hpp"
 #include "store/sys/net.hpp"
 #include "store/sys/token_file.hpp"
@@ -24,7 +26,7 @@ using ddprun::store::ServerOptions;
 
 constexpr const char* kUsage =
     "usage: ddpstore [--host H] [--port P] [--token-file PATH] [--max-key-bytes N]\n"
-    "                [--max-value-bytes N] [--max-keys N] [--backlog N]\n"
+    "                [--max-value-bytes N] [--max-keys N] [--max-output-bytes N] [--backlog N]\n"
     "\n"
     "Serves a key-value store speaking PyTorch's c10d TCPStore protocol (torch 1.13 and 2.x\n"
     "clients, e.g. init_process_group(\"env://\") with TORCHELASTIC_USE_AGENT_STORE=True) until\n"
@@ -39,6 +41,10 @@ constexpr const char* kUsage =
     "  --max-key-bytes N    longest key accepted (default 8192)\n"
     "  --max-value-bytes N  longest value accepted (default 8388608)\n"
     "  --max-keys N         most keys in one request (default 131072)\n"
+    "  --max-output-bytes N memory for replies that clients have not read yet, beyond 64 KiB\n"
+    "                       per connection, all connections together (default 268435456);\n"
+    "                       a client that does not read its replies is not read from, and\n"
+    "                       one reply larger than N closes its connection\n"
     "  --backlog N          listen backlog (default: /proc/sys/net/core/somaxconn)\n"
     "  -h, --help           this help\n"
     "\n"
@@ -62,7 +68,7 @@ uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t
 
 bool known_flag(const std::string& flag) {
   for (const char* f : {"--host", "--port", "--token-file", "--max-key-bytes", "--max-value-bytes",
-                        "--max-keys", "--backlog"}) {
+                        "--max-keys", "--max-output-bytes", "--backlog"}) {
     if (flag == f) return true;
   }
   return false;
@@ -85,6 +91,8 @@ void apply_flag(ServerOptions& opts, const std::string& flag, const std::string&
     opts.limits.max_value = parse_number(flag, value, kMaxSize);
   } else if (flag == "--max-keys") {
     opts.limits.max_keys = parse_number(flag, value, kMaxSize);
+  } else if (flag == "--max-output-bytes") {
+    opts.max_output_bytes = parse_number(flag, value, uint64_t{1} << 40);
   } else if (flag == "--backlog") {
     opts.backlog = static_cast<int>(parse_number(flag, value, 1 << 20));
   }
@@ -112,6 +120,12 @@ ServerOptions parse_args(int argc, char** argv) {
       usage_error(flag + " needs a value");
     }
     apply_flag(opts, flag, value);
+  }
+  // One GET of the longest value must be able to leave.
+  if (opts.max_output_bytes < opts.limits.max_value + 64) {
+    usage_error("--max-output-bytes " + std::to_string(opts.max_output_bytes) +
+                " is less than one reply of the longest value (--max-value-bytes " +
+                std::to_string(opts.limits.max_value) + " + 64)");
   }
   return opts;
 }
@@ -142,13 +156,19 @@ int main(int argc, char** argv) {
   std::printf("[ddpstore] listening on %s%s%s:%u\n", v6 ? "[" : "", opts.host.c_str(),
               v6 ? "]" : "", static_cast<unsigned>(server->port()));
   std::fflush(stdout);
+  // Log lines to a stderr nobody reads must not stop the store (store/sys/console.hpp).
+  ddprun::sys::Console::attach(io);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signo) {
     if (ec) return;
-    std::fprintf(stderr, "[ddpstore] stopping on %s\n", signo == SIGINT ? "SIGINT" : "SIGTERM");
+    ddprun::sys::Console::write(
+        STDERR_FILENO,
+        std::string("[ddpstore] stopping on ") + (signo == SIGINT ? "SIGINT\n" : "SIGTERM\n"),
+        ddprun::sys::LineKind::kOwn);
     server->close();
   });
   io.run();
+  ddprun::sys::Console::finish(std::chrono::seconds(1));
   return 0;
 }

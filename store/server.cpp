@@ -116,9 +116,18 @@ void ServerCore::flush_deferred() {
     for (size_t i = 0; i < batch.size(); ++i) send(i);
   }
   for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i]->flush_deferred_ = false;
-    if (errors[i] != 0) batch[i]->close();  // the peer is gone
+    Connection& c = *batch[i];
+    c.flush_deferred_ = false;
+    if (errors[i] != 0) {
+      c.close();  // the peer is gone
+    } else if (c.read_paused_ && !c.session_.waiting()) {
+      // Replies held behind its WAIT just went out: its paused request may fit now.
+      asio::post(io, [self = batch[i]] {
+        if (!self->closed_ && self->read_paused_) self->on_readable();
+      });
+    }
   }
+  wake_budget_waiters();
 }
 
 uint16_t Listener::open(const tcp::endpoint& ep, int backlog, const std::string& what) {
@@ -188,10 +197,10 @@ void Listener::accept_pending() {
     // The pending connection stays in the backlog, and no new edge comes for it: retry after a
     // pause instead of spinning on it.
     core_.retry_timer.expires_after(std::chrono::milliseconds(50));
-    core_.retry_timer.async_wait([core = core_.shared_from_this()](
-                                     const boost::system::error_code& timer_ec) {
-      if (!timer_ec && !core->closed) core->listener.accept_pending();
-    });
+    core_.retry_timer.async_wait(
+        [core = core_.shared_from_this()](const boost::system::error_code& timer_ec) {
+          if (!timer_ec && !core->closed) core->listener.accept_pending();
+        });
     return;
   }
   if (fd_) {
@@ -238,6 +247,7 @@ void ServerCore::close() {
   closed = true;
   listener.close();
   retry_timer.cancel();
+  stall_timer.cancel();
   for (Connection* c = connections; c != nullptr; c = c->next_) c->close();
   poller.close();
 }

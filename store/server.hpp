@@ -36,6 +36,13 @@ struct ServerOptions {
   std::string host = "0.0.0.0";  // address or name to bind; "::" / IPv6 literals supported
   uint16_t port = 0;             // 0 = pick a free port; Server::port() reports it
   Limits limits;
+  // Memory that replies waiting to be sent may hold beyond 64 KiB per connection, all
+  // connections together (output_budget.hpp). A client that does not read its replies stops
+  // being read from; one reply larger than this closes its connection.
+  size_t max_output_bytes = size_t{256} << 20;
+  // While connections wait for that budget, one that holds some of it and has not read any of
+  // its replies for this long is closed (server_budget.cpp).
+  std::chrono::milliseconds reply_stall_timeout{std::chrono::seconds(10)};
   int backlog = 0;                            // 0 = /proc/sys/net/core/somaxconn
   std::string log_prefix = "[ddprun store]";  // log lines: "<prefix> host:pid: ..."
   // The store's secret (PROTOCOL.md, "AUTH"). Empty: open to every client, torch's included.

@@ -8,12 +8,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "store/fan_out.hpp"
+#include "store/output_budget.hpp"
 #include "store/poller.hpp"
 #include "store/refusal_log.hpp"
 #include "store/server.hpp"
@@ -72,6 +74,13 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
   // there are many, as when one SET releases every rank of a job.
   void defer_flush(Connection& connection);
   void flush_deferred();
+  // A paused connection with nothing queued waits for budget that other connections give back
+  // (output_budget.hpp); logged at most once a second.
+  void wait_for_budget(Connection& connection);
+  // After sends on the io_context thread: lets the waiters try again if budget came back.
+  void wake_budget_waiters();
+  void arm_stall_check();
+  void close_stalled();
   bool allowed(const boost::asio::ip::address& address) const;
   void set_allowed_peers(std::optional<std::vector<boost::asio::ip::address>> peers,
                          std::string reason);
@@ -89,9 +98,16 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
   RefusalLog refusals;  // connections refused: no token, a wrong token, not on the allow-list
   // Server::set_allowed_peers: nullopt = everyone; addresses in IPv4 form where mapped.
   std::optional<std::vector<boost::asio::ip::address>> allowed_peers;
-  std::string refusal_reason;         // the log's reason for a peer not on the list
+  std::string refusal_reason;  // the log's reason for a peer not on the list
   FanOut fan_out{FanOut::default_helpers()};
   std::vector<std::shared_ptr<Connection>> deferred;  // connections with output to send
+  OutputBudget budget{options.max_output_bytes};
+  std::vector<std::weak_ptr<Connection>> budget_waiters;
+  uint64_t budget_returns_seen = 0;  // budget.returns() when the waiters last tried
+  std::chrono::steady_clock::time_point budget_logged{};  // the last "budget full" line
+  uint64_t budget_waits_unlogged = 0;
+  boost::asio::steady_timer stall_timer{io};
+  bool stall_check_armed = false;
   Connection* connections = nullptr;  // intrusive list of open connections
   size_t connection_count = 0;
   bool closed = false;

@@ -1,5 +1,6 @@
 #include "store/session.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "store/auth.hpp"
@@ -29,14 +30,22 @@ constexpr const char* kMalformedAuth = "malformed AUTH";
 }  // namespace
 
 Session::Session(StoreState& state, const Limits& limits, OutputListener& listener,
-                 std::string_view token)
-    : state_(state), parser_(limits), listener_(listener), token_(token) {
+                 std::string_view token, OutputBudget* budget)
+    : state_(state), parser_(limits), listener_(listener), token_(token), budget_(budget) {
   if (token_.empty()) return;
   auth_ = Auth::kExpectAuth;
   parser_.allow_only({Op::kAuth, Op::kPing});
 }
 
+Session::~Session() {
+  if (budget_ && charged_ > 0) budget_->give_back(charged_);
+}
+
 bool Session::feed(std::string_view bytes) {
+  return run(bytes);
+}
+
+bool Session::run(std::string_view bytes) {
   while (!bytes.empty()) {
     bytes.remove_prefix(parser_.feed(bytes));
     if (parser_.failed()) {
@@ -46,27 +55,164 @@ bool Session::feed(std::string_view bytes) {
       if (authenticating()) return refuse(kMalformedAuth, parser_.error());
       return fail(parser_.error());
     }
-    if (parser_.ready()) {
-      Request request = parser_.take();
-      if (!handle(request)) return false;
-      if (held_size() > kMaxHeld) {
-        return fail("over " + std::to_string(kMaxHeld >> 20) +
-                    " MiB of replies held behind a pending WAIT");
+    if (!parser_.ready()) continue;
+    Request request = parser_.take();
+    switch (reserve(request)) {
+      case Fit::kNow:
+        break;
+      case Fit::kLater: {
+        Rare& r = rare();
+        r.pending = std::move(request);
+        r.pending_input.assign(bytes);
+        return true;
       }
+      case Fit::kNever:
+        return fail("a " + std::string(op_spec(request.op).name) + " whose reply of " +
+                    std::to_string(reply_bytes(request)) +
+                    " bytes exceeds the server's whole output budget of " +
+                    std::to_string(budget_->limit()) + " bytes");
+    }
+    if (!handle(request)) return false;
+    settle_budget();
+    if (held_size() > kMaxHeld) {
+      return fail("over " + std::to_string(kMaxHeld >> 20) +
+                  " MiB of replies held behind a pending WAIT");
     }
   }
   return true;
 }
 
+bool Session::resume() {
+  if (!paused()) return true;
+  Rare& r = rare();
+  switch (reserve(*r.pending)) {
+    case Fit::kNow:
+      break;
+    case Fit::kLater:
+      return true;
+    case Fit::kNever:
+      return fail("a reply exceeds the server's whole output budget");
+  }
+  Request request = std::move(*r.pending);
+  r.pending.reset();
+  std::string rest;
+  rest.swap(r.pending_input);
+  if (!handle(request)) return false;
+  settle_budget();
+  return run(rest);
+}
+
+namespace {
+
+// The capacity `s` will have once `add` more bytes are appended (an upper bound: libstdc++
+// at least doubles a string that must grow).
+size_t grown(const std::string& s, size_t add) {
+  const size_t size = s.size() + add;
+  return size <= s.capacity() ? s.capacity() : std::max(2 * s.capacity(), size);
+}
+
+// The memory a reply buffer holds: an empty one counts nothing (at most its small kept
+// capacity, which the free allowance covers).
+size_t memory_of(const std::string& s) {
+  return s.empty() ? 0 : s.capacity();
+}
+
+}  // namespace
+
+size_t Session::footprint() const {
+  return memory_of(out_) + (rare_ ? memory_of(rare_->held) : 0);
+}
+
+// The reply of `r` fits: this connection's reply memory stays under kMaxQueued (one reply alone
+// may be larger, when nothing else is held), and what goes beyond kFreeBytes is taken from the
+// budget. Memory, not bytes queued: an output buffer is freed only once wholly sent.
+Session::Fit Session::reserve(const Request& r) {
+  const size_t need = reply_bytes(r);
+  if (budget_ && need > budget_->limit()) return Fit::kNever;
+  const size_t have = footprint();
+  static const std::string kNothingHeld;
+  const std::string& target = !parked() ? out_ : rare_ ? rare_->held : kNothingHeld;
+  const size_t after = have - memory_of(target) + grown(target, need);
+  if (have > 0 && after > kMaxQueued) return Fit::kLater;
+  const size_t covered = OutputBudget::kFreeBytes + charged_;
+  if (!budget_ || after <= covered) return Fit::kNow;
+  const size_t extra = after - covered;
+  if (!budget_->try_take(extra)) return Fit::kLater;
+  charged_ += extra;
+  return Fit::kNow;
+}
+
+// An upper bound of the reply's size, from what is in the store now.
+size_t Session::reply_bytes(const Request& r) const {
+  constexpr size_t kSmall = 16;  // a status byte, an integer, a PING's word
+  constexpr size_t kLength = 8;  // a length-prefixed field's prefix
+  auto value_size = [this](const std::string& key) {
+    const std::string* v = state_.find(key);
+    return v ? v->size() : 0;
+  };
+  switch (r.op) {
+    case Op::kGet:
+      return kLength + value_size(r.keys[0]);
+    case Op::kMultiGet: {
+      size_t n = 0;
+      for (const std::string& key : r.keys) n += kLength + value_size(key);
+      return n;
+    }
+    case Op::kCompareSet:
+      return kLength + std::max({value_size(r.keys[0]), r.values[0].size(), r.values[1].size()});
+    case Op::kQueuePop:
+      return kSmall + kLength + state_.queue_front_size(r.keys[0]);
+    case Op::kListKeys: {
+      size_t n = kSmall;
+      state_.for_each_key([&n](const std::string& key) { n += kLength + key.size(); });
+      return n;
+    }
+    case Op::kAuth:
+      return 128;  // a challenge: two nonces' worth
+    default:
+      return kSmall;
+  }
+}
+
 void Session::consume_output(size_t n) {
   out_pos_ += n;
-  if (out_pos_ < out_.size()) return;
+  if (out_pos_ < out_.size()) {
+    settle_budget();
+    return;
+  }
   out_pos_ = 0;
   if (out_.capacity() > kKeepCapacity) {
     std::string().swap(out_);
   } else {
     out_.clear();
   }
+  settle_budget();
+}
+
+// Charges exactly what the replies hold beyond kFreeBytes: less once a buffer was sent and
+// freed, more when replies were added without a reservation (a WAIT's release moving the replies
+// held behind it into the output buffer, which may grow it).
+void Session::settle_budget() {
+  if (!budget_) return;
+  const size_t have = footprint();
+  const size_t needed = have > OutputBudget::kFreeBytes ? have - OutputBudget::kFreeBytes : 0;
+  if (needed < charged_) {
+    budget_->give_back(charged_ - needed);
+  } else if (needed > charged_) {
+    budget_->take(needed - charged_);
+  }
+  charged_ = needed;
+}
+
+void Session::discard_output() {
+  std::string().swap(out_);
+  out_pos_ = 0;
+  if (rare_) {
+    std::string().swap(rare_->held);
+    rare_->pending.reset();
+    std::string().swap(rare_->pending_input);
+  }
+  settle_budget();
 }
 
 bool Session::fail(std::string reason) {
@@ -92,11 +238,8 @@ bool Session::refuse(const char* reason, std::string detail) {
 void Session::release_held() {
   if (!rare_) return;
   out_ += rare_->held;
-  if (rare_->error.empty() && rare_->expected_proof.empty()) {
-    rare_.reset();
-  } else {
-    std::string().swap(rare_->held);
-  }
+  std::string().swap(rare_->held);
+  if (rare_->idle()) rare_.reset();
 }
 
 void Session::fire_will() {
@@ -110,6 +253,7 @@ void Session::fire_will() {
 void Session::on_wake() {
   wire::put_u8(out_, kStopWaiting);
   release_held();
+  settle_budget();
   listener_.on_output();
 }
 
@@ -145,6 +289,7 @@ bool Session::handle_auth(Request& r) {
 }
 
 bool Session::handle(Request& request) {
+  ++requests_;
   if (authenticating()) return handle_auth(request);
   if (parked()) {
     if (dialect() == Dialect::kTorch1) {

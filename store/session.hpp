@@ -9,6 +9,13 @@
 // gave up (its timeout sends nothing), so there any new request cancels the parked wait and
 // the late 0x00 is never sent (torch 1.13's own server desyncs the connection there).
 //
+// Back-pressure: before handling a request the session sizes its reply. It stops, keeping the
+// request and the bytes after it, when the reply would take this connection's queued output
+// past kMaxQueued, or needs more of the server's OutputBudget than is free (output_budget.hpp).
+// paused() then holds until resume() succeeds; the Connection stops reading meanwhile, so a
+// paused session holds at most one read's worth of input. A reply larger than the whole budget
+// can never be sent: the connection is closed instead.
+//
 // Token (ddprun-only, PROTOCOL.md "AUTH"): with a non-empty token the connection must finish
 // the AUTH exchange before anything else; until then the parser accepts only AUTH (and PING,
 // answered with kAuthRequiredWord) and any other first request, a malformed AUTH frame or a
@@ -24,6 +31,7 @@
 #include <string_view>
 
 #include "store/frame_parser.hpp"
+#include "store/output_budget.hpp"
 #include "store/protocol.hpp"
 #include "store/store_state.hpp"
 
@@ -46,14 +54,32 @@ class OutputListener {
 
 class Session final : private Waiter {
  public:
-  // `state`, `listener` and the token's bytes must outlive the session. An empty token: the
-  // store is open (AUTH is answered kAuthOpen).
-  Session(StoreState& state, const Limits& limits, OutputListener& listener,
-          std::string_view token = {});
+  // A connection's reply memory (queued and held): past this, requests wait for the client.
+  static constexpr size_t kMaxQueued = 4 << 20;
 
-  // Processes received bytes. Returns false when the connection must be closed: a
-  // malformed frame, an impossible request (error() says why, in one line).
+  // `state`, `listener`, `budget` and the token's bytes must outlive the session. An empty
+  // token: the store is open (AUTH is answered kAuthOpen). No budget: only kMaxQueued applies.
+  Session(StoreState& state, const Limits& limits, OutputListener& listener,
+          std::string_view token = {}, OutputBudget* budget = nullptr);
+  ~Session();  // gives its share of the budget back
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Processes received bytes, up to a request whose reply does not fit now (see above; the
+  // rest is kept). Returns false when the connection must be closed: a malformed frame, an
+  // impossible request (error() says why, in one line). Not to be called while paused().
   bool feed(std::string_view bytes);
+  // Stopped before a request whose reply did not fit.
+  bool paused() const { return rare_ && rare_->pending; }
+  // Tries that request again (after replies were sent or budget was given back), then the
+  // bytes kept after it. Returns false as feed() does; paused() says whether it stopped again.
+  bool resume();
+  // The connection is closed: what was queued is dropped and its budget given back.
+  void discard_output();
+  // Bytes this connection holds of the server's budget.
+  size_t charged() const { return charged_; }
+  // Requests handled so far (a resume() that handled none made no room).
+  uint64_t requests_handled() const { return requests_; }
   const std::string& error() const;
   // When feed() returned false before the connection authenticated on a store with a token:
   // the refusal's short reason ("no token", "wrong token", "malformed AUTH"); else nullptr.
@@ -81,6 +107,16 @@ class Session final : private Waiter {
  private:
   enum class Auth : uint8_t { kOpen, kExpectAuth, kChallenged, kDone };
 
+  enum class Fit : uint8_t { kNow, kLater, kNever };
+  // Runs the requests in `bytes`, stopping at one whose reply does not fit.
+  bool run(std::string_view bytes);
+  // Reserves room for `request`'s reply.
+  Fit reserve(const Request& request);
+  size_t reply_bytes(const Request& request) const;
+  // Reply memory held now: the output buffer until it is wholly sent, and the replies held
+  // behind a WAIT.
+  size_t footprint() const;
+  void settle_budget();  // charges the budget exactly the footprint beyond kFreeBytes
   bool handle(Request& request);
   bool handle_auth(Request& request);
   bool refuse(const char* reason, std::string detail);
@@ -105,6 +141,12 @@ class Session final : private Waiter {
     std::string held;
     std::string error;
     std::string expected_proof;
+    std::optional<Request> pending;  // paused before this request
+    std::string pending_input;       // the bytes received after it
+    bool idle() const {
+      return held.empty() && error.empty() && expected_proof.empty() && !pending &&
+             pending_input.empty();
+    }
   };
   Rare& rare();
   std::unique_ptr<Rare> rare_;
@@ -113,6 +155,9 @@ class Session final : private Waiter {
   };
   std::unique_ptr<Will> will_;  // few connections set one: not inline in every session
   std::string_view token_;
+  OutputBudget* budget_;
+  size_t charged_ = 0;  // taken from budget_ for this connection's output
+  uint64_t requests_ = 0;
   const char* refused_ = nullptr;
   Auth auth_ = Auth::kOpen;
 };

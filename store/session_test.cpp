@@ -13,7 +13,8 @@ using test::v1;
 using test::v2;
 
 struct Peer : OutputListener {
-  Peer(StoreState& state, Limits limits = {}) : session(state, limits, *this) {}
+  Peer(StoreState& state, Limits limits = {}, OutputBudget* budget = nullptr)
+      : session(state, limits, *this, {}, budget) {}
   void on_output() override { ++wakeups; }
   // Feeds bytes; returns whatever output is ready, consuming it.
   std::string send(const std::string& bytes) {
@@ -180,15 +181,29 @@ TEST(SessionTest, ImpossibleRequestsCloseWithAReason) {
   EXPECT_EQ(r.session.error(), "unknown opcode 0x30 in the torch-1.13 dialect");
 }
 
+// Replies held behind a parked WAIT count as queued output: past kMaxQueued the session stops
+// reading requests, and goes on once the WAIT is released and the client reads.
 TEST(SessionTest, RepliesHeldBehindAWaitAreBounded) {
   StoreState state;
-  Peer p(state);
-  p.send(torch2_hello() + std::string(v2(Op::kSet).str("big").str(std::string(8 << 20, 'x'))));
+  Peer p(state), setter(state);
+  const std::string big(8 << 20, 'x');
+  p.send(torch2_hello() + std::string(v2(Op::kSet).str("big").str(big)));
+  setter.send(torch2_hello());
   p.send(v2(Op::kWait).keys({"never"}));
   std::string gets;
   for (int i = 0; i < 9; ++i) gets += v2(Op::kGet).str("big");
-  EXPECT_FALSE(p.session.feed(gets));
-  EXPECT_EQ(p.session.error(), "over 64 MiB of replies held behind a pending WAIT");
+  EXPECT_TRUE(p.session.feed(gets));
+  EXPECT_TRUE(p.session.paused());
+  EXPECT_EQ(p.session.buffered(), big.size() + 8);  // one reply held, eight requests wait
+  setter.send(v2(Op::kSet).str("never").str("now"));
+  std::string out = p.take();
+  while (p.session.paused()) {
+    ASSERT_TRUE(p.session.resume()) << p.session.error();
+    out += p.take();
+  }
+  std::string want(1, '\x00');
+  for (int i = 0; i < 9; ++i) want += bytes(big);
+  EXPECT_EQ(out, want);
 }
 
 TEST(SessionTest, ClosingWhileParkedUnparks) {
@@ -256,6 +271,72 @@ TEST(SessionTest, KeepAliveReachesTheConnectionAndBadValuesClose) {
   EXPECT_EQ(p.calls[0], std::make_pair(int64_t{1500}, uint32_t{3}));
   EXPECT_FALSE(p.session.feed(v2(Op::kKeepAlive).i64(0).u32(3)));
   EXPECT_EQ(p.session.error(), "KEEP_ALIVE with interval 0 ms and 3 probes");
+}
+
+// Back-pressure: a client that asks for large replies and does not read them is stopped at the
+// request that does not fit, and goes on, from exactly there, once it reads.
+TEST(SessionTest, UnreadRepliesStopAtTheBudgetAndResumeWhereTheyStopped) {
+  StoreState state;
+  OutputBudget budget(3 << 20);
+  Peer setter(state, {}, &budget);
+  Peer greedy(state, {}, &budget);
+  setter.send(torch2_hello() + std::string(v2(Op::kSet).str("big").str(std::string(1 << 20, 'x'))));
+  std::string requests = torch2_hello();
+  for (int i = 0; i < 10; ++i) requests += v2(Op::kGet).str("big");
+  requests += v2(Op::kPing).u32(7);
+  ASSERT_TRUE(greedy.session.feed(requests));
+  // 64 KiB free, then 3 MiB of budget and at most 4 MiB per connection: a few replies of
+  // 1 MiB fit (the output buffer doubles as it grows), then the rest waits.
+  EXPECT_TRUE(greedy.session.paused());
+  const size_t queued = greedy.session.output().size();
+  EXPECT_GE(queued, (1u << 20) + 8);
+  EXPECT_LE(queued, 3 * ((1u << 20) + 8));
+  EXPECT_EQ(queued % ((1u << 20) + 8), 0u);  // whole replies only
+  EXPECT_GT(budget.used(), 0u);
+  EXPECT_LE(budget.used(), budget.limit());
+  ASSERT_TRUE(greedy.session.resume());  // nothing was read yet: still paused
+  EXPECT_TRUE(greedy.session.paused());
+  std::string all = greedy.take();  // the client reads: the budget comes back
+  EXPECT_EQ(budget.used(), 0u);
+  while (greedy.session.paused()) {
+    ASSERT_TRUE(greedy.session.resume()) << greedy.session.error();
+    all += greedy.take();
+  }
+  std::string want;
+  for (int i = 0; i < 10; ++i) want += bytes(std::string(1 << 20, 'x'));
+  want += std::string("\x07\x00\x00\x00", 4);
+  EXPECT_EQ(all, want);  // every reply, in order, each once
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST(SessionTest, ReplyLargerThanTheWholeBudgetClosesTheConnection) {
+  StoreState state;
+  OutputBudget budget(4 << 20);
+  Peer p(state, {}, &budget);
+  p.send(torch2_hello() + std::string(v2(Op::kSet).str("big").str(std::string(1 << 20, 'x'))));
+  std::vector<std::string> names(8, "big");
+  EXPECT_FALSE(p.session.feed(v2(Op::kMultiGet).keys(names)));
+  EXPECT_NE(p.session.error().find("MULTI_GET whose reply of 8388672 bytes exceeds the server's "
+                                   "whole output budget of 4194304 bytes"),
+            std::string::npos)
+      << p.session.error();
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+// Without a budget (or within it) a connection still holds at most about kMaxQueued.
+TEST(SessionTest, OneConnectionQueuesAtMostItsCap) {
+  StoreState state;
+  Peer setter(state), greedy(state);
+  setter.send(torch2_hello() + std::string(v2(Op::kSet).str("v").str(std::string(3 << 20, 'y'))));
+  std::string requests = torch2_hello();
+  for (int i = 0; i < 5; ++i) requests += v2(Op::kGet).str("v");
+  ASSERT_TRUE(greedy.session.feed(requests));
+  EXPECT_TRUE(greedy.session.paused());
+  EXPECT_EQ(greedy.session.output().size(),
+            (3u << 20) + 8);  // one reply; a second would pass 4 MiB
+  greedy.take();
+  ASSERT_TRUE(greedy.session.resume());
+  EXPECT_EQ(greedy.session.output().size(), (3u << 20) + 8);
 }
 
 }  // namespace

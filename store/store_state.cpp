@@ -100,6 +100,11 @@ std::pair<int64_t, std::string> StoreState::queue_pop(const std::string& key) {
   return {length, std::move(value)};
 }
 
+size_t StoreState::queue_front_size(const std::string& key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() ? 0 : it->second.front().size();
+}
+
 int64_t StoreState::queue_len(const std::string& key) const {
   auto it = queues_.find(key);
   return it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());

@@ -47,6 +47,8 @@ class StoreState {
   // QUEUE_POP: the queue's length before the pop, and the popped value if it was non-empty.
   std::pair<int64_t, std::string> queue_pop(const std::string& key);
   int64_t queue_len(const std::string& key) const;
+  // The size of the value QUEUE_POP would return (0 for an empty queue).
+  size_t queue_front_size(const std::string& key) const;
 
   template <typename F>
   void for_each_key(F&& f) const {

@@ -4,8 +4,6 @@
 #include <openssl/x509_vfy.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -15,6 +13,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cstdio>
+#include <cstring>
 
 #include "store/socket_io.hpp"
 #include "store/sys/net.hpp"
@@ -32,61 +32,6 @@ using Kind = EtcdError::Kind;
 
 // ---------------------------------------------------------------------------------------------
 // Text helpers.
-
-std::string endpoints_text(const std::vector<Endpoint>& endpoints) {
-  std::string out;
-  for (const auto& e : endpoints) {
-    if (!out.empty()) out += ", ";
-    out += sys::endpoint_text(e.host, e.port);
-  }
-  return out;
-}
-
-std::vector<Endpoint> parse_endpoints(const std::string& text) {
-  std::vector<Endpoint> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string part = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    // torchrun's etcd spellings carry a scheme: accept and drop it.
-    for (const char* scheme : {"http://", "https://"}) {
-      if (part.rfind(scheme, 0) == 0) part.erase(0, std::string(scheme).size());
-    }
-    while (!part.empty() && part.back() == '/') part.pop_back();
-    if (part.empty()) throw std::invalid_argument("an empty endpoint in '" + text + "'");
-    Endpoint e;
-    std::string port_text;
-    if (part.front() == '[') {
-      size_t close = part.find(']');
-      if (close == std::string::npos) throw std::invalid_argument("'" + part + "': missing ']'");
-      e.host = part.substr(1, close - 1);
-      if (close + 1 < part.size()) {
-        if (part[close + 1] != ':') throw std::invalid_argument("'" + part + "': expected ]:PORT");
-        port_text = part.substr(close + 2);
-      }
-    } else if (std::count(part.begin(), part.end(), ':') > 1) {
-      e.host = part;  // a bare IPv6 literal
-    } else if (size_t colon = part.find(':'); colon != std::string::npos) {
-      e.host = part.substr(0, colon);
-      port_text = part.substr(colon + 1);
-    } else {
-      e.host = part;
-    }
-    if (e.host.empty()) throw std::invalid_argument("'" + part + "': no host");
-    if (!port_text.empty() || part.back() == ':') {
-      char* end = nullptr;
-      long p = std::strtol(port_text.c_str(), &end, 10);
-      if (port_text.empty() || *end != '\0' || p < 1 || p > 65535) {
-        throw std::invalid_argument("'" + part + "': the port must be 1 to 65535");
-      }
-      e.port = static_cast<uint16_t>(p);
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
 
 std::string prefix_end(const std::string& prefix) {
   std::string end = prefix;
@@ -251,8 +196,8 @@ class Connection {
       co_await lowest().async_connect(tcp::endpoint(literal, ep_.port), use_awaitable);
     } else {
       tcp::resolver resolver(ex_);
-      auto results = co_await resolver.async_resolve(ep_.host, std::to_string(ep_.port),
-                                                     use_awaitable);
+      auto results =
+          co_await resolver.async_resolve(ep_.host, std::to_string(ep_.port), use_awaitable);
       co_await lowest().async_connect(results, use_awaitable);
     }
     auto& sock = lowest().socket();
@@ -280,11 +225,12 @@ class Connection {
     if (tls_) {
       long verify = SSL_get_verify_result(tls_->native_handle());
       if (verify != X509_V_OK) {
-        why = std::string("certificate verify failed: ") +
-              X509_verify_cert_error_string(verify) + " (is cacert= the CA that signed etcd's?)";
+        why = std::string("certificate verify failed: ") + X509_verify_cert_error_string(verify) +
+              " (is cacert= the CA that signed etcd's?)";
       } else if (o_.cert.empty() && why.find("alert") != std::string::npos) {
-        why += " (etcd refused this client: it asks for a client certificate, --rdzv-conf "
-               "cert=PATH,key=PATH)";
+        why +=
+            " (etcd refused this client: it asks for a client certificate, --rdzv-conf "
+            "cert=PATH,key=PATH)";
       }
     }
     return why;
@@ -352,12 +298,11 @@ class Connection {
 // What one failed attempt on one member says: the text for the failover, or (thrown) the end
 // of the request: close() was called, or TLS failed (a certificate that does not verify, or
 // TLS 1.3's "certificate required" after the handshake: every member would say the same).
-std::string attempt_failure(const boost::system::system_error& e, Connection* conn,
-                            bool closed) {
+std::string attempt_failure(const boost::system::system_error& e, Connection* conn, bool closed) {
   if (closed) throw EtcdError(Kind::kClosed, "etcd client closed");
   if (conn && is_tls_failure(e.code())) {
-    throw EtcdError(Kind::kTls, "TLS with etcd at " + conn->name() + " failed: " +
-                                    conn->tls_failure(e.code()));
+    throw EtcdError(Kind::kTls,
+                    "TLS with etcd at " + conn->name() + " failed: " + conn->tls_failure(e.code()));
   }
   return e.code() == beast::error::timeout ? "no answer in time" : e.code().message();
 }
@@ -518,8 +463,7 @@ struct MemberLink {
   bool closed_ = false;
 };
 
-class EtcdClient::Impl : public MemberLink,
-                         public std::enable_shared_from_this<EtcdClient::Impl> {
+class EtcdClient::Impl : public MemberLink, public std::enable_shared_from_this<EtcdClient::Impl> {
  public:
   using MemberLink::MemberLink;
 
@@ -557,8 +501,8 @@ class EtcdClient::Impl : public MemberLink,
           co_return j;
         }
         ErrorReply e = error_of(res.body());
-        const std::string where = "etcd at " + sys::endpoint_text(members_.current().host,
-                                                                  members_.current().port);
+        const std::string where =
+            "etcd at " + sys::endpoint_text(members_.current().host, members_.current().port);
         if (auth_failure(status, e)) {
           throw EtcdError(Kind::kAuth, where + " refused the request (" + e.message +
                                            "): ddprun does not log in to etcd with a user; "
@@ -585,15 +529,18 @@ class EtcdClient::Impl : public MemberLink,
       co_await members_.failed(failure, deadline, used);
     }
   }
-
 };
 
 EtcdClient::EtcdClient(asio::any_io_executor executor, Options options)
     : impl_(std::make_shared<Impl>(std::move(executor), std::move(options))) {}
 
-EtcdClient::~EtcdClient() { impl_->close(); }
+EtcdClient::~EtcdClient() {
+  impl_->close();
+}
 
-void EtcdClient::close() { impl_->close(); }
+void EtcdClient::close() {
+  impl_->close();
+}
 
 asio::awaitable<RangeResult> EtcdClient::range(std::string key, std::string range_end,
                                                Deadline deadline, RangeOptions options) {
@@ -668,7 +615,8 @@ asio::awaitable<void> EtcdClient::lease_revoke(int64_t id, Deadline deadline) {
   try {
     co_await impl_->call(std::move(path), body.dump(), deadline);
   } catch (const EtcdError& e) {
-    if (e.kind() != Kind::kRequest || std::string(e.what()).find("not found") == std::string::npos) {
+    if (e.kind() != Kind::kRequest ||
+        std::string(e.what()).find("not found") == std::string::npos) {
       throw;
     }
   }
@@ -677,8 +625,7 @@ asio::awaitable<void> EtcdClient::lease_revoke(int64_t id, Deadline deadline) {
 // ---------------------------------------------------------------------------------------------
 // EtcdWatch
 
-class EtcdWatch::Impl : public MemberLink,
-                        public std::enable_shared_from_this<EtcdWatch::Impl> {
+class EtcdWatch::Impl : public MemberLink, public std::enable_shared_from_this<EtcdWatch::Impl> {
  public:
   using MemberLink::MemberLink;
 
@@ -764,7 +711,8 @@ class EtcdWatch::Impl : public MemberLink,
         throw EtcdError(Kind::kUnavailable, "etcd watch lost: " + ec.message());
       }
       if (parser_->is_done() && pending_.find('\n') == std::string::npos) {
-        if (!pending_.empty()) pending_ += '\n';  // a last message without its newline
+        if (!pending_.empty())
+          pending_ += '\n';  // a last message without its newline
         else {
           drop();
           throw EtcdError(Kind::kUnavailable, "etcd ended the watch");
@@ -780,7 +728,8 @@ class EtcdWatch::Impl : public MemberLink,
       j = json::parse(line);
     } catch (const json::exception& e) {
       drop();
-      throw EtcdError(Kind::kUnavailable, std::string("etcd watch: malformed message: ") + e.what());
+      throw EtcdError(Kind::kUnavailable,
+                      std::string("etcd watch: malformed message: ") + e.what());
     }
     if (j.contains("error")) {
       ErrorReply e = error_of(line);
@@ -792,8 +741,8 @@ class EtcdWatch::Impl : public MemberLink,
       const int64_t compact = i64(r, "compact_revision");
       drop();
       if (compact) {
-        throw EtcdError(Kind::kCompacted, "etcd compacted the history to revision " +
-                                              std::to_string(compact));
+        throw EtcdError(Kind::kCompacted,
+                        "etcd compacted the history to revision " + std::to_string(compact));
       }
       throw EtcdError(Kind::kUnavailable,
                       "etcd canceled the watch: " + r.value("cancel_reason", std::string()));
@@ -808,7 +757,8 @@ class EtcdWatch::Impl : public MemberLink,
         }
       } catch (const std::exception& e) {
         drop();
-        throw EtcdError(Kind::kUnavailable, std::string("etcd watch: malformed event: ") + e.what());
+        throw EtcdError(Kind::kUnavailable,
+                        std::string("etcd watch: malformed event: ") + e.what());
       }
     }
     return out;
@@ -827,8 +777,12 @@ class EtcdWatch::Impl : public MemberLink,
 
 EtcdWatch::EtcdWatch(asio::any_io_executor executor, Options options)
     : impl_(std::make_shared<Impl>(std::move(executor), std::move(options))) {}
-EtcdWatch::~EtcdWatch() { impl_->close(); }
-void EtcdWatch::close() { impl_->close(); }
+EtcdWatch::~EtcdWatch() {
+  impl_->close();
+}
+void EtcdWatch::close() {
+  impl_->close();
+}
 
 asio::awaitable<void> EtcdWatch::start(std::string key, std::string range_end,
                                        int64_t start_revision, Deadline deadline) {

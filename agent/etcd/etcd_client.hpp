@@ -27,22 +27,18 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "agent/etcd/endpoint.hpp"
 
 namespace ddprun::etcd {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
-
-struct Endpoint {
-  std::string host;  // a name or an address literal (no brackets)
-  uint16_t port = 2379;
-};
 
 struct Options {
   std::vector<Endpoint> endpoints;
@@ -63,12 +59,6 @@ struct Options {
   // Null: each keeps its own.
   std::shared_ptr<size_t> cursor;
 };
-
-// "h1:2379, h2:2379" (brackets around IPv6 literals).
-std::string endpoints_text(const std::vector<Endpoint>& endpoints);
-// Parses "HOST[:PORT][,HOST[:PORT]...]" (default port 2379; IPv6 as [::1]:2379). Throws
-// std::invalid_argument naming the bad part.
-std::vector<Endpoint> parse_endpoints(const std::string& text);
 
 class EtcdError : public std::runtime_error {
  public:
@@ -119,7 +109,7 @@ struct TxnResult {
 
 struct RangeResult {
   std::vector<KeyValue> kvs;
-  int64_t count = 0;     // keys in the range (all of them, also with count_only)
+  int64_t count = 0;  // keys in the range (all of them, also with count_only)
   int64_t revision = 0;
 };
 
@@ -174,8 +164,8 @@ class EtcdWatch {
   ~EtcdWatch();
 
   // Opens the stream, trying the members in turn until the deadline.
-  boost::asio::awaitable<void> start(std::string key, std::string range_end,
-                                     int64_t start_revision, Deadline deadline);
+  boost::asio::awaitable<void> start(std::string key, std::string range_end, int64_t start_revision,
+                                     Deadline deadline);
   // The next non-empty batch of events, or nullopt when the deadline passed first (the watch is
   // then closed).
   boost::asio::awaitable<std::optional<std::vector<WatchEvent>>> next(Deadline deadline);

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "store/sys/console.hpp"
 #include "store/sys/fd.hpp"
 
 namespace ddprun::agent {
@@ -72,7 +74,8 @@ void StreamPump::emit_lines(std::string_view data, bool flush) {
     lines_.feed(data, on_line);
   }
   if (!console_batch_.empty()) {
-    sys::write_all(sinks_.console_fd, console_batch_.data(), console_batch_.size());
+    // Never blocks: a console nobody reads drops lines (counted) rather than stop the agent.
+    sys::Console::write(sinks_.console_fd, console_batch_, sys::LineKind::kWorker);
   }
   if (!filtered_batch_.empty()) {
     sys::write_all(sinks_.filtered_file->get(), filtered_batch_.data(), filtered_batch_.size());

@@ -300,8 +300,8 @@ RoundProtocol::Closed RoundProtocol::parse_closed(const std::string& text) {
 
 RoundProtocol::awaitable<void> RoundProtocol::min_not_reached(int r) {
   int joined = static_cast<int>(co_await store_.add(key(r, "join"), 0));
-  throw RendezvousFailed("timed out after " + sys::seconds_text(s_.join_timeout) +
-                         " (join_timeout) waiting for " + std::to_string(s_.min_nodes) +
+  throw RendezvousFailed("timed out after " + sys::seconds_text(s_.join_timeout) + " (" +
+                         s_.join_timeout_key + ") waiting for " + std::to_string(s_.min_nodes) +
                          " node(s) of job '" + s_.run_id + "': only " + std::to_string(joined) +
                          " joined round " + std::to_string(r));
 }

@@ -5,14 +5,27 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/etcd/endpoint.hpp"
 
 namespace ddprun::agent {
 
 using Millis = std::chrono::milliseconds;
 
+// Where the nodes agree: node 0's store at fixed ranks (static), a c10d store (elastic), etcd.
+enum class Backend { kStatic, kC10d, kEtcd };
+// "static", "c10d", "etcd", as log lines name it.
+std::string_view backend_name(Backend backend);
+
+// The rendezvous store's port when the endpoint names none, as torchrun's.
+constexpr int kC10dPort = 29400;
+constexpr int kStaticPort = 29500;
+
 struct RendezvousSettings {
-  std::string backend = "c10d";  // "c10d", "static" or "etcd" (reported by backend())
-  std::string run_id = "none";   // --rdzv-id: namespaces the job's keys in the store
+  Backend backend = Backend::kC10d;
+  std::string run_id = "none";  // --rdzv-id: namespaces the job's keys in the store
   int min_nodes = 1;
   int max_nodes = 1;
   // Static backend: node ranks are exactly the --node-rank of each node (min = max = N).
@@ -20,6 +33,7 @@ struct RendezvousSettings {
 
   // --rdzv-conf (torchrun's keys and defaults; values in seconds, fractions allowed).
   Millis join_timeout{std::chrono::seconds(600)};      // reaching min nodes, and connecting
+  std::string join_timeout_key = "join_timeout";       // its --rdzv-conf key ("timeout": static)
   Millis last_call_timeout{std::chrono::seconds(30)};  // extra wait for more nodes after min
   Millis close_timeout{std::chrono::seconds(30)};      // stragglers of a closed round, bye
   Millis read_timeout{std::chrono::seconds(60)};       // one store request
@@ -27,9 +41,9 @@ struct RendezvousSettings {
   int keep_alive_max_attempt = 3;  // a silent peer is dead after interval x attempts
   Millis exit_barrier_timeout{std::chrono::seconds(300)};
 
-  // The rendezvous store.
+  // The rendezvous store (static, c10d).
   std::string endpoint_host;  // as given (no brackets)
-  int endpoint_port = 29400;
+  int endpoint_port = kC10dPort;
   // Host the store in this agent: true/false forced (static node 0; --rdzv-conf is_host=),
   // nullopt = torchrun's rule (the endpoint names this machine), falling back to being a
   // client when the port is taken.
@@ -44,9 +58,9 @@ struct RendezvousSettings {
   // the hosted store listens beyond loopback).
   std::string token;
 
-  // etcd (backend "etcd"): the members as --rdzv-endpoint lists them ("h1:2379,h2:2379"),
-  // and TLS (--rdzv-conf protocol=https, cacert=, cert=, key=).
-  std::string etcd_endpoints;
+  // etcd: its members as --rdzv-endpoint lists them, and TLS (--rdzv-conf protocol=https,
+  // cacert=, cert=, key=).
+  std::vector<etcd::Endpoint> etcd_members;
   bool etcd_tls = false;
   std::string etcd_cacert, etcd_cert, etcd_key;
 

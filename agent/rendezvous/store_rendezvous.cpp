@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -60,7 +60,7 @@ StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settin
 StoreRendezvous::~StoreRendezvous() = default;
 
 std::string StoreRendezvous::endpoint() const {
-  if (s_.backend == "etcd") return etcd::endpoints_text(etcd::parse_endpoints(s_.etcd_endpoints));
+  if (s_.backend == Backend::kEtcd) return etcd::endpoints_text(s_.etcd_members);
   return sys::endpoint_text(s_.endpoint_host, s_.endpoint_port);
 }
 
@@ -84,10 +84,11 @@ void StoreRendezvous::host_store() {
     }
   } catch (const std::system_error& e) {
     if (s_.is_host) {
-      throw RendezvousError(std::string("cannot host the rendezvous store: ") + e.what() +
-                            (s_.backend == "static" ? " (is another job using --master-port " +
-                                                          std::to_string(s_.endpoint_port) + "?)"
-                                                    : ""));
+      throw RendezvousError(
+          std::string("cannot host the rendezvous store: ") + e.what() +
+          (s_.backend == Backend::kStatic
+               ? " (is another job using --master-port " + std::to_string(s_.endpoint_port) + "?)"
+               : ""));
     }
     // torchrun's rule: the endpoint names this machine but another process (another agent
     // of this job on the same host, or a ddpstore) serves it: be its client.
@@ -100,17 +101,16 @@ void StoreRendezvous::host_store() {
 asio::awaitable<void> StoreRendezvous::connect_etcd() {
   const std::string prefix = "/ddprun/" + s_.run_id + "/";
   EtcdStoreOptions o;
-  o.client.endpoints = etcd::parse_endpoints(s_.etcd_endpoints);
+  o.client.endpoints = s_.etcd_members;
   o.client.tls = s_.etcd_tls;
   o.client.cacert = s_.etcd_cacert;
   o.client.cert = s_.etcd_cert;
   o.client.key = s_.etcd_key;
   // One member gets at most half a lease TTL (1 to 5 s) before the next is tried: a stopped
   // member must not cost a lease.
-  o.client.attempt_timeout =
-      std::clamp<Millis>(std::min<Millis>(s_.read_timeout, s_.keep_alive_interval *
-                                                                s_.keep_alive_max_attempt / 2),
-                         std::chrono::seconds(1), std::chrono::seconds(5));
+  o.client.attempt_timeout = std::clamp<Millis>(
+      std::min<Millis>(s_.read_timeout, s_.keep_alive_interval * s_.keep_alive_max_attempt / 2),
+      std::chrono::seconds(1), std::chrono::seconds(5));
   o.client.keep_alive_interval = s_.keep_alive_interval;
   o.client.keep_alive_probes = s_.keep_alive_max_attempt;
   o.client.cursor = std::make_shared<size_t>(0);  // one agent's clients fail over together
@@ -127,14 +127,24 @@ asio::awaitable<void> StoreRendezvous::connect_etcd() {
   std::unique_ptr<EtcdStore> main, watch;
   std::string error;
   try {
+    if (interrupted_) throw RendezvousError("rendezvous interrupted");
     main = std::make_unique<EtcdStore>(io_.get_executor(), o);
     watch = std::make_unique<EtcdStore>(io_.get_executor(), watch_options);
-    std::vector<std::string> probe{prefix + "round"};
-    co_await main->check(probe);
-    co_await watch->check(probe);
+    auto probe = [](EtcdStore& store, std::string key) -> asio::awaitable<void> {
+      std::vector<std::string> keys{std::move(key)};
+      co_await store.check(keys);
+    };
+    // Cancelled by interrupt(): a signal must not wait while no member answers.
+    for (EtcdStore* store : {main.get(), watch.get()}) {
+      co_await asio::co_spawn(
+          io_.get_executor(), probe(*store, prefix + "round"),
+          asio::bind_cancellation_slot(connect_cancel_.slot(), asio::use_awaitable));
+    }
   } catch (const etcd::EtcdError& e) {
     error = e.what();
   } catch (const store::StoreError& e) {
+    error = e.what();
+  } catch (const boost::system::system_error& e) {  // cancelled
     error = e.what();
   }
   if (!error.empty()) {
@@ -156,7 +166,7 @@ asio::awaitable<void> StoreRendezvous::connect_etcd() {
 }
 
 asio::awaitable<void> StoreRendezvous::connect() {
-  if (s_.backend == "etcd") {
+  if (s_.backend == Backend::kEtcd) {
     co_await connect_etcd();
     co_return;
   }
@@ -168,21 +178,32 @@ asio::awaitable<void> StoreRendezvous::connect() {
   const auto port = static_cast<uint16_t>(s_.endpoint_port);
   std::unique_ptr<store::AsyncClient> main, watch;
   std::optional<store::StoreError> error;
+  // Cancelled by interrupt(): a signal must not wait for join_timeout while nobody answers.
+  auto connect_one = [&]() {
+    return asio::co_spawn(
+        io_.get_executor(),
+        store::AsyncClient::connect(io_.get_executor(), s_.endpoint_host, port, opts),
+        asio::bind_cancellation_slot(connect_cancel_.slot(), asio::use_awaitable));
+  };
   try {
-    main = co_await store::AsyncClient::connect(io_.get_executor(), s_.endpoint_host, port, opts);
-    watch = co_await store::AsyncClient::connect(io_.get_executor(), s_.endpoint_host, port, opts);
+    if (interrupted_) throw RendezvousError("rendezvous interrupted");
+    main = co_await connect_one();
+    watch = co_await connect_one();
     co_await main->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
     co_await watch->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
   } catch (const store::StoreError& e) {
     error = e;
+  } catch (const boost::system::system_error& e) {  // cancelled by interrupt()
+    if (!interrupted_) throw;
   }
-  if (error && interrupted_) throw RendezvousError("rendezvous interrupted");
+  if (interrupted_) throw RendezvousError("rendezvous interrupted");
   if (error && error->kind() == store::StoreError::Kind::kAuth) {
     throw RendezvousError(token_refusal(endpoint(), error->auth_failure()));
   }
   if (error && error->kind() == store::StoreError::Kind::kConnect) {
     throw RendezvousError("cannot reach the rendezvous store at " + endpoint() + " within " +
-                          sys::seconds_text(s_.join_timeout) + " (join_timeout): " + error->what());
+                          sys::seconds_text(s_.join_timeout) + " (" + s_.join_timeout_key +
+                          "): " + error->what());
   }
   if (error) {
     throw RendezvousError("the rendezvous store at " + endpoint() +
@@ -271,10 +292,10 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
   RendezvousInfo info = info_for(f, protocol_->max_restarts());
   auto ms = std::chrono::duration_cast<Millis>(Clock::now() - started).count();
   sys::log_line("rendezvous round " + std::to_string(f.round) + " of job '" + s_.run_id + "' (" +
-                s_.backend + ", " + endpoint() + ") " + (first ? "formed" : "re-formed") + " in " +
-                std::to_string(ms) + " ms: node rank " + std::to_string(info.group_rank) + " of " +
-                std::to_string(info.group_world_size) + " nodes, world size " +
-                std::to_string(info.world_size) + ", master " +
+                std::string(backend_name(s_.backend)) + ", " + endpoint() + ") " +
+                (first ? "formed" : "re-formed") + " in " + std::to_string(ms) + " ms: node rank " +
+                std::to_string(info.group_rank) + " of " + std::to_string(info.group_world_size) +
+                " nodes, world size " + std::to_string(info.world_size) + ", master " +
                 sys::endpoint_text(info.master_addr, info.master_port) + ", restart count " +
                 std::to_string(info.restart_count) + " of " + std::to_string(info.max_restarts));
   co_return info;
@@ -323,9 +344,9 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
       break;
     case RoundChange::Kind::kDead:
       e.kind = RoundEnd::Kind::kNodeLost;
-      e.what = node_name(c.node_id) + (s_.backend == "etcd"
-                                            ? " is gone (its etcd lease ended)"
-                                            : " is gone (its connection to the store closed)");
+      e.what = node_name(c.node_id) + (s_.backend == Backend::kEtcd
+                                           ? " is gone (its etcd lease ended)"
+                                           : " is gone (its connection to the store closed)");
       break;
   }
   return e;
@@ -427,6 +448,7 @@ asio::awaitable<RoundEnd> StoreRendezvous::report_success() {
 
 void StoreRendezvous::interrupt() {
   interrupted_ = true;
+  connect_cancel_.emit(asio::cancellation_type::terminal);
   if (main_) main_->close();
   event_timer_.cancel();
 }

@@ -22,6 +22,7 @@
 // Threads: the io_context thread only.
 #pragma once
 
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
@@ -98,6 +99,7 @@ class StoreRendezvous final : public RendezvousHandler {
   bool watching_ = false;  // the watcher coroutine runs
   bool stopping_ = false;
   bool interrupted_ = false;
+  boost::asio::cancellation_signal connect_cancel_;  // ends a connect in progress
   bool store_broken_ = false;
 };
 

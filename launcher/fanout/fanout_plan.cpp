@@ -8,27 +8,10 @@
 #include "launcher/fanout/host_list.hpp"
 #include "launcher/fanout/shell_words.hpp"
 #include "launcher/flags.hpp"
+#include "launcher/multinode_plan.hpp"
 
 namespace ddprun::launcher {
 namespace {
-
-constexpr int kDefaultStaticPort = 29500;
-constexpr int kDefaultC10dPort = 29400;
-
-// Flags the fan-out sets per node; the user's value would be wrong on all but one node.
-constexpr std::string_view kPerNode[] = {"node_rank", "local_addr", "standalone"};
-// Flags the fan-out replaces with its own value (the user's is used to compute it).
-constexpr std::string_view kReplaced[] = {"nnodes",         "master_addr",       "master_port",
-                                          "nproc_per_node", "stop_on_stdin_eof", "help",
-                                          "version"};
-
-template <size_t N>
-bool listed(std::string_view name, const std::string_view (&names)[N]) {
-  for (auto n : names) {
-    if (n == name) return true;
-  }
-  return false;
-}
 
 std::vector<NodeSlots> select_nodes(const LaunchConfig& c, const FanoutInputs& in) {
   const FanoutConfig& f = c.fanout;
@@ -48,7 +31,7 @@ std::vector<NodeSlots> select_nodes(const LaunchConfig& c, const FanoutInputs& i
   if (c.given.count("nnodes")) {
     if (filtered) throw CliError("--nnodes cannot be combined with --include/--exclude");
     if (c.min_nodes != c.max_nodes) {
-      if (c.rdzv_backend == "static") {
+      if (c.rdzv_backend == agent::Backend::kStatic) {
         throw CliError("with --hosts/--hostfile, --nnodes is how many of the hosts to use (N)");
       }
     } else if (static_cast<size_t>(c.min_nodes) > nodes.size()) {
@@ -72,8 +55,8 @@ std::vector<NodeSlots> select_nodes(const LaunchConfig& c, const FanoutInputs& i
 }
 
 void check_flags(const LaunchConfig& c) {
-  for (auto name : kPerNode) {
-    if (c.given.count(std::string(name))) {
+  for (const std::string& name : c.given) {
+    if (flag_named(name).fanout == Fanout::kPerNode) {
       throw CliError(dashed(name) +
                      " cannot be used with --hosts/--hostfile: the fan-out sets it "
                      "for each host");
@@ -81,15 +64,13 @@ void check_flags(const LaunchConfig& c) {
   }
 }
 
-// The user's flags as the remote parser will read them (PET_* values made explicit).
+// The user's flags as the remote parser will read them (PET_* values and torchrun's variables
+// made explicit: the remote ddprun gets sshd's environment, not ours).
 std::vector<std::string> forwarded_flags(const LaunchConfig& c) {
   std::vector<std::string> out;
   for (const Flag& f : flag_table()) {
     const std::string name(f.name);
-    if (!c.given.count(name) || is_fanout_flag(name) || listed(name, kPerNode) ||
-        listed(name, kReplaced)) {
-      continue;
-    }
+    if (!c.given.count(name) || f.fanout != Fanout::kForward) continue;
     if (!f.takes_value) {
       out.push_back(dashed(name));
     } else if (auto it = c.given_values.find(name); it != c.given_values.end()) {
@@ -130,12 +111,12 @@ std::vector<std::string> node_flags(const LaunchConfig& c, const std::vector<Nod
   }
   out.push_back("--node-rank=" + std::to_string(i));
   out.push_back("--local-addr=" + nodes[i].host);
-  if (c.rdzv_backend == "static") {
+  if (c.rdzv_backend == agent::Backend::kStatic) {
     out.push_back("--master-addr=" + (c.given.count("master_addr") ? c.master_addr : first));
-    out.push_back("--master-port=" + std::to_string(c.master_port.value_or(kDefaultStaticPort)));
-  } else if (c.rdzv_backend == "c10d" && c.rdzv_endpoint.empty()) {
+    out.push_back("--master-port=" + std::to_string(c.master_port.value_or(agent::kStaticPort)));
+  } else if (c.rdzv_backend == agent::Backend::kC10d && c.rdzv_endpoint.empty()) {
     out.push_back("--rdzv-endpoint=" + first + ":" +
-                  std::to_string(c.master_port.value_or(kDefaultC10dPort)));
+                  std::to_string(c.master_port.value_or(agent::kC10dPort)));
   }
   if (nodes[i].devices) {
     out.push_back("--nproc-per-node=" + std::to_string(nodes[i].devices->size()));
@@ -161,15 +142,15 @@ FanoutPlan make_fanout_plan(const LaunchConfig& c, const FanoutInputs& in) {
   std::vector<NodeSlots> nodes = select_nodes(c, in);
   plan.cwd = in.cwd;
   plan.remote_ddprun = c.fanout.remote_ddprun.empty() ? in.self_exe : c.fanout.remote_ddprun;
-  plan.connect_timeout =
-      std::chrono::milliseconds(static_cast<long long>(c.fanout.ssh_connect_timeout * 1000));
-  plan.shutdown_timeout = std::chrono::seconds(c.shutdown_timeout.value_or(30));
-  // The node hosting the rendezvous store waits up to close_timeout for the others' goodbyes.
-  double close_timeout = 30;
-  if (auto it = c.rdzv_conf.find("close_timeout"); it != c.rdzv_conf.end()) {
-    close_timeout = std::strtod(it->second.c_str(), nullptr);
-  }
-  plan.close_timeout = std::chrono::milliseconds(static_cast<long long>(close_timeout * 1000));
+  plan.connect_timeout = c.fanout.ssh_connect_timeout;
+  plan.shutdown_timeout = c.shutdown_timeout;
+  // The node hosting the rendezvous store waits up to close_timeout for the others' goodbyes:
+  // the value the nodes will read, validated as they will.
+  agent::RendezvousSettings rdzv;
+  rdzv.backend = c.rdzv_backend;
+  std::vector<std::string> unused;
+  apply_rdzv_conf(c, rdzv, unused);
+  plan.close_timeout = rdzv.close_timeout;
   const EnvList env =
       collect_exports(c.fanout.exports, in.getenv, in.read_file, in.cwd, plan.notices);
   const std::vector<std::string> ssh = ssh_prefix(c.fanout, plan.connect_timeout);

@@ -188,3 +188,23 @@ TEST(FanoutPlan, FanoutFlagsNeedHosts) {
 
 }  // namespace
 }  // namespace ddprun::launcher
+
+namespace ddprun::launcher {
+namespace {
+
+// The fan-out reads the same resolved flags as the local plan: torchrun's grace variable is
+// the nodes' grace, sent to them as a flag (they get sshd's environment, not ours), and a bad
+// close_timeout is refused here as the nodes would refuse it.
+TEST(FanoutPlan, FlagsFromTheEnvironmentReachTheNodes) {
+  Machine m;
+  m.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "12";
+  auto plan = m.plan({"--hosts=a,b", "--rdzv-conf=close_timeout=4", "train"});
+  EXPECT_EQ(plan.shutdown_timeout, std::chrono::seconds(12));
+  EXPECT_EQ(plan.close_timeout, std::chrono::seconds(4));
+  auto words = remote_words(plan.nodes[1]);
+  EXPECT_NE(std::find(words.begin(), words.end(), "--shutdown-timeout=12"), words.end());
+  EXPECT_THROW(m.plan({"--hosts=a,b", "--rdzv-conf=close_timeout=x", "train"}), CliError);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

@@ -13,6 +13,7 @@
 #include "launcher/fanout/fanout_result.hpp"
 #include "launcher/fanout/reachability.hpp"
 #include "launcher/fanout/ssh_process.hpp"
+#include "store/sys/console.hpp"
 #include "store/sys/log.hpp"
 
 namespace ddprun::launcher {
@@ -33,6 +34,7 @@ class FanoutJob {
   int run() {
     signals_.add(SIGQUIT);
     arm_signals();
+    sys::Console::attach(io_);  // the nodes' lines never block this loop (console.hpp)
     std::string line = "starting " + std::to_string(plan_.nodes.size()) + " node(s) over ssh:";
     for (const auto& n : plan_.nodes) line += " " + n.host;
     sys::log_line(line);
@@ -52,6 +54,7 @@ class FanoutJob {
     if (!result.line.empty()) {
       sys::log_line(result.line + ", exiting with " + std::to_string(result.code));
     }
+    sys::Console::finish(std::chrono::seconds(1));  // before io_ goes
     return result.code;
   }
 

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "store/sys/fd.hpp"
+#include "store/sys/console.hpp"
 
 namespace ddprun::sys {
 
@@ -21,7 +21,7 @@ void log_line(std::string_view tag, std::string_view message) {
   line.reserve(tag.size() + host_pid.size() + message.size() + 3);
   line.append(tag).append(" ").append(host_pid).append(" ").append(message);
   line.push_back('\n');
-  write_all(STDERR_FILENO, line.data(), line.size());
+  Console::write(STDERR_FILENO, line, LineKind::kOwn);
 }
 
 }  // namespace ddprun::sys

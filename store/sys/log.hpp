@@ -1,7 +1,8 @@
 // The one log format of every ddprun program: one line per event on stderr,
 //   "<tag> host:pid message"      e.g. "[ddprun] node3:4121 attempt 0: started 8 worker(s)"
 // written with a single write(2), so lines never interleave mid-line with workers or threads
-// writing to the same terminal. Thread-safe.
+// writing to the same terminal; through Console (console.hpp), so a stderr nobody reads never
+// blocks the caller once the program attached its io_context. Thread-safe.
 #pragma once
 
 #include <string>

@@ -25,7 +25,8 @@ METRICS = ["ddprun_restarts_total", "ddprun_reformations_total", "ddprun_hangs_t
            "ddprun_workers", "ddprun_heartbeat_age_seconds"]
 STATUS_KEYS = {"job", "state", "healthy", "reason", "round", "restart_count", "max_restarts",
                "world_size", "group_rank", "group_world_size", "members", "attempts",
-               "reformations", "hangs", "heartbeats", "uptime_s", "workers"}
+               "reformations", "hangs", "heartbeats", "console_dropped_lines", "uptime_s",
+               "workers"}
 
 
 def started(log, n=2, attempt=0):

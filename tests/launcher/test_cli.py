@@ -4,6 +4,7 @@ import json
 import os
 import socket
 import stat
+import subprocess
 
 import pytest
 
@@ -48,12 +49,17 @@ BAD_CASES = [
      "--rdzv-conf join_timeout=x: expected a number of seconds"),
     (["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h", "--local_addr=a b"],
      "an address has no spaces"),
-    (["--run_path"], "--run-path"),
+    (["--run_path", "-m"], "--run-path runs a Python script"),
+    (["--logs_specs=myplugin"], "--logs-specs loads a Python plugin into torchrun"),
+    (["--print_completion=fish"], "expected bash, zsh or tcsh"),
+    # One node refuses a value that several nodes would refuse.
+    (["--rdzv_backend=c10d", "--rdzv_conf=join_timeout=abc"], "--rdzv-conf join_timeout=abc"),
     (["-m", "--no_python"], "cannot be used together"),
 ]
 
 
-@pytest.mark.parametrize("flags,message", BAD_CASES, ids=[c[0][0] for c in BAD_CASES])
+@pytest.mark.parametrize("flags,message", BAD_CASES,
+                         ids=[" ".join(c[0]) for c in BAD_CASES])
 def test_bad_flags_exit_2_with_one_line_and_start_nothing(ddprun, marker_script, flags, message):
     script, marker = marker_script
     r = run([ddprun, *flags, script], timeout=30)
@@ -180,3 +186,35 @@ def test_busy_fixed_port_is_a_clear_error(ddprun, marker_script):
     assert "cannot host the store" in r.stderr and str(port) in r.stderr
     assert "in use" in r.stderr
     assert not marker.exists()
+
+
+def test_torchrun_usages_that_need_no_change(ddprun, marker_script):
+    """torchrun 2.15 documents these; under ddprun they run the job as they do there."""
+    script, marker = marker_script
+    for flags in (["--run-path"], ["--logs-specs", "default"], ["--logs_specs=default"]):
+        if marker.exists():
+            marker.unlink()
+        r = run([ddprun, "--standalone", "--nproc-per-node=1", *flags, script], timeout=60)
+        assert r.returncode == 0, (flags, r.stderr)
+        assert marker.exists(), flags
+
+
+def test_bash_completion_completes_flags_and_values(ddprun):
+    script = run([ddprun, "--print-completion", "bash"])
+    assert script.returncode == 0 and script.stderr == ""
+
+    def complete(*words):
+        line = " ".join(words)
+        r = subprocess.run(["bash", "-c", script.stdout + f"\nCOMP_WORDS=({line}); "
+                            f"COMP_CWORD={len(words) - 1}; _ddprun; echo \"${{COMPREPLY[@]}}\""],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    assert complete("ddprun", "--rdzv-b") == ["--rdzv-backend"]
+    assert complete("ddprun", "--rdzv-backend", "e") == ["etcd", "etcd-v2", "etcd-v3"]
+    assert complete("ddprun", "--start_method", "f") == ["fork", "forkserver"]
+    for shell in ("zsh", "tcsh"):
+        r = run([ddprun, f"--print-completion={shell}"])
+        assert r.returncode == 0 and "--nproc-per-node" in r.stdout, shell
+

@@ -92,11 +92,11 @@ def test_static_gloo_job_across_two_nodes(cluster, tmp_path):
 
 def test_unreachable_master_fails_after_join_timeout_naming_it(cluster, tmp_path):
     port = free_port()
-    node1 = cluster.agent(static_flags(port, 1, nproc=1, extra=["--rdzv_conf=join_timeout=1"]),
+    node1 = cluster.agent(static_flags(port, 1, nproc=1, extra=["--rdzv_conf=timeout=1"]),
                           worker("record.py"), tmp_path / "log")
     assert node1.wait(60) == 1, node1.log()
     assert re.search(rf"error: cannot reach the rendezvous store at 127\.0\.0\.1:{port} within "
-                     r"1 s \(join_timeout\)", node1.log()), node1.log()
+                     r"1 s \(timeout\)", node1.log()), node1.log()
     assert not (tmp_path / "log").exists()  # no worker started
 
 
@@ -105,7 +105,7 @@ def test_busy_master_port_is_an_error_naming_the_port(cluster, tmp_path):
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        node0 = cluster.agent(static_flags(port, 0, nproc=1, extra=["--rdzv_conf=join_timeout=5"]),
+        node0 = cluster.agent(static_flags(port, 0, nproc=1, extra=["--rdzv_conf=timeout=5"]),
                               worker("record.py"), tmp_path / "log")
         assert node0.wait(60) == 1, node0.log()
     assert "cannot host the rendezvous store" in node0.log()
