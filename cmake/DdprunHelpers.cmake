@@ -46,3 +46,25 @@ function(ddprun_add_pytest name file)
     TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "DDPRUN_BIN_DIR=${DDPRUN_LAUNCHER_BIN_DIR};DDPRUN_SDK_BIN_DIR=${CMAKE_BINARY_DIR}/bin;DDPRUN_BUILD_DIR=${CMAKE_BINARY_DIR};DDPRUN_SOURCE_DIR=${PROJECT_SOURCE_DIR};DDPRUN_TORCH1_PYTHON=${DDPRUN_TORCH1_PYTHON};DDPRUN_TORCH2_PYTHON=${DDPRUN_TORCH2_PYTHON};PYTHONDONTWRITEBYTECODE=1")
 endfunction()
+
+# ddprun_public_headers(hdr ...): the headers of the calling component (paths from its folder;
+# a folder name ending in "/" makes everything below it public) that other components may
+# include. check_boundaries (below) fails the build on any other cross-component include.
+function(ddprun_public_headers)
+  file(RELATIVE_PATH _dir ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  foreach(_h ${ARGN})
+    set_property(GLOBAL APPEND PROPERTY DDPRUN_PUBLIC_HEADERS "${_dir}/${_h}")
+  endforeach()
+endfunction()
+
+# ddprun_check_boundaries(COMPONENT=DEPS ...): after every component was added. The check runs
+# in every build (it reads the sources: about 0.1 s).
+function(ddprun_check_boundaries)
+  get_property(_public GLOBAL PROPERTY DDPRUN_PUBLIC_HEADERS)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  add_custom_target(check_boundaries ALL
+    COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/cmake/check_boundaries.py
+            ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/check_boundaries.stamp ${ARGN} -- ${_public}
+    COMMENT "Checking that components include only each other's public headers"
+    VERBATIM)
+endfunction()

@@ -13,8 +13,7 @@
 #include "agent/agent.hpp"
 #include "agent/etcd/lease_revoke.hpp"
 #include "agent/process/guardian.hpp"
-#include "agent/rendezvous/local_rendezvous.hpp"
-#include "agent/rendezvous/store_rendezvous.hpp"
+#include "agent/rendezvous/make_rendezvous.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/fanout/fanout_runner.hpp"
@@ -111,17 +110,14 @@ int main(int argc, char** argv) {
   sys::Console::attach(io);
   std::optional<launcher::StdinEofWatch> stdin_watch;  // EOF: SIGTERM, the agent's usual path
   if (stop_on_stdin_eof) stdin_watch.emplace(io);
-  std::unique_ptr<agent::RendezvousHandler> rendezvous;
-  if (plan.multi_node) {
-    auto store_rendezvous = std::make_unique<agent::StoreRendezvous>(io, *plan.multi_node);
-    if (guardian) {
-      store_rendezvous->set_lease_observer(
-          [g = guardian.get()](const std::string& request) { g->set_exit_request(request); });
-    }
-    rendezvous = std::move(store_rendezvous);
-  } else {
-    rendezvous = std::make_unique<agent::LocalRendezvous>(io, plan.rendezvous);
+  agent::LeaseObserver lease_observer;  // etcd: the guardian revokes the lease if we die
+  if (guardian) {
+    lease_observer = [g = guardian.get()](const std::string& request) {
+      g->set_exit_request(request);
+    };
   }
+  std::unique_ptr<agent::RendezvousHandler> rendezvous =
+      agent::make_rendezvous(io, plan.multi_node, plan.rendezvous, std::move(lease_observer));
   agent::Agent job(io, std::move(plan.spec), std::move(rendezvous), guardian.get());
   const agent::JobResult result = job.run();
   const int code = launcher::exit_code(result);

@@ -98,9 +98,9 @@ struct EtcdStore::State : std::enable_shared_from_this<EtcdStore::State> {
 
   asio::any_io_executor executor;
   EtcdStoreOptions opts;
-  etcd::EtcdClient client;  // the operations
-  etcd::EtcdClient keeper;  // the lease's keep-alives
-  etcd::EtcdClient will_client;  // the will applier's compare-and-sets
+  etcd::EtcdClient client;                      // the operations
+  etcd::EtcdClient keeper;                      // the lease's keep-alives
+  etcd::EtcdClient will_client;                 // the will applier's compare-and-sets
   std::unique_ptr<etcd::EtcdWatch> watch;       // wait()'s
   std::unique_ptr<etcd::EtcdWatch> will_watch;  // the will applier's
   asio::steady_timer keep_timer;
@@ -130,9 +130,13 @@ void EtcdStore::State::seen(int64_t revision) {
 EtcdStore::EtcdStore(asio::any_io_executor executor, EtcdStoreOptions options)
     : st_(std::make_shared<State>(std::move(executor), std::move(options))) {}
 
-EtcdStore::~EtcdStore() { close(); }
+EtcdStore::~EtcdStore() {
+  close();
+}
 
-int64_t EtcdStore::lease() const { return st_->lease; }
+int64_t EtcdStore::lease() const {
+  return st_->lease;
+}
 
 void EtcdStore::close() {
   if (st_->closed) return;
@@ -171,7 +175,8 @@ asio::awaitable<void> keep_lease(std::shared_ptr<EtcdStore::State> st) {
     if (!st->keeping || st->closed) break;
     try {
       // Every member in turn until the lease would end, then one interval more at a time.
-      const Deadline d = std::max(kept + st->opts.lease_ttl, Clock::now() + st->opts.keep_alive_every);
+      const Deadline d =
+          std::max(kept + st->opts.lease_ttl, Clock::now() + st->opts.keep_alive_every);
       int64_t ttl = co_await st->keeper.lease_keep_alive(st->lease, d);
       if (ttl > 0) kept = Clock::now();
       if (ttl > 0 || !st->keeping) continue;
@@ -197,8 +202,8 @@ asio::awaitable<void> keep_lease(std::shared_ptr<EtcdStore::State> st) {
 // A counter is its key's own value plus the number of +1 marks under "<key>/+/". A +1 is a
 // new mark (no contention: N nodes joining at once make N writes, not N^2 retries), and its
 // result is the counter as of the mark's creation: a consistent read at that revision.
-asio::awaitable<int64_t> counter_at(EtcdStore::State& st, const std::string& key,
-                                    int64_t revision, Deadline deadline) {
+asio::awaitable<int64_t> counter_at(EtcdStore::State& st, const std::string& key, int64_t revision,
+                                    Deadline deadline) {
   const std::string marks = key + "/+/";
   etcd::RangeOptions at{revision, false};
   etcd::RangeResult base = co_await st.client.range(key, "", deadline, at);
@@ -225,8 +230,8 @@ asio::awaitable<int64_t> EtcdStore::add(std::string key, int64_t delta) {
       co_return co_await counter_at(*st, key, r.ranges[0]->create_revision, deadline);
     }
     // Any other delta: compare-and-set on the key's own value (marks add to it).
-    const std::string marker = st->opts.job_prefix + "op/" + st->id + "/" +
-                               std::to_string(++st->op_seq);
+    const std::string marker =
+        st->opts.job_prefix + "op/" + st->id + "/" + std::to_string(++st->op_seq);
     int64_t value = 0, mod = 0;  // first try: as if the key were absent
     for (;;) {
       const std::string next = std::to_string(value + delta);
@@ -234,8 +239,8 @@ asio::awaitable<int64_t> EtcdStore::add(std::string key, int64_t delta) {
                                {Compare::Target::kCreate, marker, 0, {}}};
       std::vector<Op> ok{{Op::Kind::kPut, key, next, 0}, {Op::Kind::kPut, marker, next, 0}};
       std::vector<Op> no{{Op::Kind::kRange, key, {}, 0}, {Op::Kind::kRange, marker, {}, 0}};
-      etcd::TxnResult r = co_await st->client.txn(std::move(cmp), std::move(ok), std::move(no),
-                                                  deadline);
+      etcd::TxnResult r =
+          co_await st->client.txn(std::move(cmp), std::move(ok), std::move(no), deadline);
       st->seen(r.revision);
       if (r.succeeded) co_return co_await counter_at(*st, key, r.revision, deadline);
       if (r.ranges.size() < 2) throw StoreError(StoreError::Kind::kProtocol, "etcd txn reply");
@@ -257,8 +262,8 @@ asio::awaitable<std::string> EtcdStore::compare_set(std::string key, std::string
     std::vector<Compare> cmp{cas_compare(key, expected)};
     std::vector<Op> ok{{Op::Kind::kPut, key, desired, 0}};
     std::vector<Op> no{{Op::Kind::kRange, key, {}, 0}};
-    etcd::TxnResult r = co_await st->client.txn(std::move(cmp), std::move(ok), std::move(no),
-                                                st->op_deadline());
+    etcd::TxnResult r =
+        co_await st->client.txn(std::move(cmp), std::move(ok), std::move(no), st->op_deadline());
     st->seen(r.revision);
     if (r.succeeded) co_return desired;
     if (!r.ranges.empty() && r.ranges[0]) co_return r.ranges[0]->value;
@@ -372,7 +377,8 @@ asio::awaitable<bool> EtcdStore::check(std::vector<std::string> keys) {
   auto st = st_;
   try {
     auto [values, rev] = co_await read_keys(*st, keys, st->op_deadline());
-    co_return std::all_of(values.begin(), values.end(), [](const auto& v) { return v.has_value(); });
+    co_return std::all_of(values.begin(), values.end(),
+                          [](const auto& v) { return v.has_value(); });
   } catch (const EtcdError& e) {
     throw store_error(e);
   }
@@ -436,7 +442,8 @@ asio::awaitable<void> EtcdStore::set_will(std::string key, std::string expected,
       }
       // The lease expired while this node was cut off from etcd (the keep-alive may not have
       // noticed yet): the others have seen this node go; it comes back with a new lease.
-      sys::log_line("etcd lease " + hex(st->lease) + " expired (this node was cut off from etcd "
+      sys::log_line("etcd lease " + hex(st->lease) +
+                    " expired (this node was cut off from etcd "
                     "for longer than its TTL): taking a new lease");
       co_await new_lease(*st, st->client);
     }
@@ -506,4 +513,3 @@ asio::awaitable<bool> EtcdStore::wait(std::vector<std::string> keys, Millis time
 }
 
 }  // namespace ddprun::agent
-

@@ -44,9 +44,10 @@
 namespace ddprun::agent {
 
 struct EtcdStoreOptions {
-  etcd::Options client;     // endpoints, TLS, per-attempt timeout, TCP keep-alive
-  std::string job_prefix;   // every key this store is given starts with it
-  std::chrono::milliseconds op_timeout{60000};  // one operation, every retry included (read_timeout)
+  etcd::Options client;    // endpoints, TLS, per-attempt timeout, TCP keep-alive
+  std::string job_prefix;  // every key this store is given starts with it
+  std::chrono::milliseconds op_timeout{
+      60000};                                  // one operation, every retry included (read_timeout)
   std::chrono::milliseconds lease_ttl{15000};  // keep_alive_interval x keep_alive_max_attempt
   std::chrono::milliseconds keep_alive_every{5000};
   // How long a watch may stay silent before the store reads again (a member that stopped

@@ -70,7 +70,7 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int loca
 boost::asio::awaitable<RoundEnd> LocalRendezvous::report_failure() {
   RoundEnd end;
   end.kind = RoundEnd::Kind::kWorkerFailed;
-  end.restart_allowed = restart_count_ < options_.max_restarts;
+  end.restart_allowed = may_restart(restart_count_, options_.max_restarts);
   restart_next_ = end.restart_allowed;
   co_return end;
 }

@@ -55,6 +55,12 @@ struct RoundEnd {
   bool restart_allowed = false;
 };
 
+// The one restart rule, for every handler: a job that has used `restarts_used` of its
+// `max_restarts` may restart once more while it has used fewer.
+inline bool may_restart(int restarts_used, int max_restarts) {
+  return restarts_used < max_restarts;
+}
+
 // A rendezvous that cannot complete (e.g. the store's port is taken, the endpoint is
 // unreachable, too few nodes joined): the job ends with this message and exit code (0 for a
 // late node finding the job already finished).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "agent/rendezvous/rendezvous.hpp"
 #include "store/client.hpp"
 #include "store/sys/time_text.hpp"
 
@@ -131,7 +132,7 @@ RoundProtocol::awaitable<void> RoundProtocol::wait_as_spare(int r, const Closed&
   if (c.kind == RoundChange::Kind::kDone) {
     throw JobClosed("job '" + s_.run_id + "' finished while this node waited to join", true);
   }
-  if (c.spends_restart() && closed.restarts >= max_restarts_) {
+  if (c.spends_restart() && !may_restart(closed.restarts, max_restarts_)) {
     throw JobClosed(
         "job '" + s_.run_id + "' failed (no restarts left) while this node waited to join", false);
   }

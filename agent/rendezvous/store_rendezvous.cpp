@@ -10,11 +10,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <system_error>
 
-#include "agent/etcd/lease_revoke.hpp"
-#include "agent/rendezvous/c10d_store.hpp"
-#include "agent/rendezvous/etcd_store.hpp"
-#include "agent/rendezvous/prefix_store.hpp"
 #include "agent/rendezvous/workers_store_peers.hpp"
+#include "store/client.hpp"
 #include "store/server.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
@@ -27,31 +24,13 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 using store::StoreError;
 
-namespace {
-
-// Why the rendezvous store and this agent did not agree on the token (--rdzv-conf token_file).
-std::string token_refusal(const std::string& endpoint, store::AuthFailure failure) {
-  const std::string at = "the rendezvous store at " + endpoint;
-  switch (failure) {
-    case store::AuthFailure::kRefused:
-      return at + " refused this agent's token (every node and the store need the same secret)";
-    case store::AuthFailure::kServerUnproven:
-      return at + " did not prove it knows the token (not this job's store, or another secret)";
-    case store::AuthFailure::kServerOpen:
-      return at + " does not ask for a token (started without --token-file?)";
-    case store::AuthFailure::kTokenRequired:
-      return at + " asks for a token: give this node --rdzv-conf token_file=PATH";
-    case store::AuthFailure::kUnsupported:
-    case store::AuthFailure::kNone:
-      break;
-  }
-  return at + " does not support tokens (not a ddprun store, or an older one)";
-}
-
-}  // namespace
-
-StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settings)
-    : io_(io), s_(std::move(settings)), event_timer_(io), watch_wake_(io.get_executor()) {
+StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settings,
+                                 LeaseObserver lease_observer)
+    : io_(io),
+      s_(std::move(settings)),
+      link_(make_store_link(io, s_, std::move(lease_observer))),
+      event_timer_(io),
+      watch_wake_(io.get_executor()) {
   self_.addr = s_.local_addr.empty() ? sys::fq_host_name() : s_.local_addr;
   self_.id = self_.addr + ":" + std::to_string(::getpid()) + ":" + sys::random_hex(3);
   self_.hint = s_.node_rank_hint;
@@ -60,159 +39,22 @@ StoreRendezvous::StoreRendezvous(asio::io_context& io, RendezvousSettings settin
 StoreRendezvous::~StoreRendezvous() = default;
 
 std::string StoreRendezvous::endpoint() const {
-  if (s_.backend == Backend::kEtcd) return etcd::endpoints_text(s_.etcd_members);
-  return sys::endpoint_text(s_.endpoint_host, s_.endpoint_port);
-}
-
-void StoreRendezvous::host_store() {
-  bool want = s_.is_host.value_or(sys::names_this_machine(s_.endpoint_host));
-  if (!want) return;
-  store::ServerOptions opts;
-  opts.host = s_.bind_host;
-  opts.port = static_cast<uint16_t>(s_.endpoint_port);
-  opts.log_prefix = "[ddprun rendezvous store]";
-  opts.token = s_.token;
-  try {
-    host_ = std::make_unique<store::ServerThread>(opts);
-    sys::log_line("hosting the rendezvous store of job '" + s_.run_id + "' on " +
-                  sys::endpoint_text(s_.bind_host, host_->port()));
-    if (s_.token.empty() && !sys::is_loopback(s_.bind_host)) {
-      sys::log_line("warning: the rendezvous store on " +
-                    sys::endpoint_text(s_.bind_host, host_->port()) +
-                    " accepts any client that reaches it; give every node --rdzv-conf "
-                    "token_file=PATH (and ddpstore --token-file PATH)");
-    }
-  } catch (const std::system_error& e) {
-    if (s_.is_host) {
-      throw RendezvousError(
-          std::string("cannot host the rendezvous store: ") + e.what() +
-          (s_.backend == Backend::kStatic
-               ? " (is another job using --master-port " + std::to_string(s_.endpoint_port) + "?)"
-               : ""));
-    }
-    // torchrun's rule: the endpoint names this machine but another process (another agent
-    // of this job on the same host, or a ddpstore) serves it: be its client.
-  }
-}
-
-// etcd: two clients under the job's prefix (the protocol's, whose lease carries this agent's
-// last will, and the round watcher's), each checked against etcd before the first join, so a
-// wrong endpoint, certificate or permission is one clear line within read_timeout.
-asio::awaitable<void> StoreRendezvous::connect_etcd() {
-  const std::string prefix = "/ddprun/" + s_.run_id + "/";
-  EtcdStoreOptions o;
-  o.client.endpoints = s_.etcd_members;
-  o.client.tls = s_.etcd_tls;
-  o.client.cacert = s_.etcd_cacert;
-  o.client.cert = s_.etcd_cert;
-  o.client.key = s_.etcd_key;
-  // One member gets at most half a lease TTL (1 to 5 s) before the next is tried: a stopped
-  // member must not cost a lease.
-  o.client.attempt_timeout = std::clamp<Millis>(
-      std::min<Millis>(s_.read_timeout, s_.keep_alive_interval * s_.keep_alive_max_attempt / 2),
-      std::chrono::seconds(1), std::chrono::seconds(5));
-  o.client.keep_alive_interval = s_.keep_alive_interval;
-  o.client.keep_alive_probes = s_.keep_alive_max_attempt;
-  o.client.cursor = std::make_shared<size_t>(0);  // one agent's clients fail over together
-  o.job_prefix = prefix;
-  o.op_timeout = s_.read_timeout;
-  o.lease_ttl = s_.keep_alive_interval * s_.keep_alive_max_attempt;
-  o.keep_alive_every = s_.keep_alive_interval;
-  EtcdStoreOptions watch_options = o;
-  watch_options.apply_wills = false;  // the protocol's client applies them
-  const etcd::Options client = o.client;
-  o.on_lease = [this, client](int64_t lease) {
-    if (lease_observer_) lease_observer_(lease ? etcd::revoke_request(client, lease) : "");
-  };
-  std::unique_ptr<EtcdStore> main, watch;
-  std::string error;
-  try {
-    if (interrupted_) throw RendezvousError("rendezvous interrupted");
-    main = std::make_unique<EtcdStore>(io_.get_executor(), o);
-    watch = std::make_unique<EtcdStore>(io_.get_executor(), watch_options);
-    auto probe = [](EtcdStore& store, std::string key) -> asio::awaitable<void> {
-      std::vector<std::string> keys{std::move(key)};
-      co_await store.check(keys);
-    };
-    // Cancelled by interrupt(): a signal must not wait while no member answers.
-    for (EtcdStore* store : {main.get(), watch.get()}) {
-      co_await asio::co_spawn(
-          io_.get_executor(), probe(*store, prefix + "round"),
-          asio::bind_cancellation_slot(connect_cancel_.slot(), asio::use_awaitable));
-    }
-  } catch (const etcd::EtcdError& e) {
-    error = e.what();
-  } catch (const store::StoreError& e) {
-    error = e.what();
-  } catch (const boost::system::system_error& e) {  // cancelled
-    error = e.what();
-  }
-  if (!error.empty()) {
-    if (interrupted_) throw RendezvousError("rendezvous interrupted");
-    if (error.rfind("no etcd member answered", 0) == 0) {
-      throw RendezvousError("cannot reach etcd within " + sys::seconds_text(s_.read_timeout) +
-                            " (read_timeout): " + error);
-    }
-    throw RendezvousError(error.find("etcd at") != std::string::npos
-                              ? error
-                              : "etcd at " + endpoint() + ": " + error);
-  }
-  etcd_main_ = main.get();
-  main_ = std::make_unique<PrefixStore>(std::move(main), prefix);
-  watch_ = std::make_unique<PrefixStore>(std::move(watch), prefix);
-  protocol_ = std::make_unique<RoundProtocol>(*main_, s_, self_);
-  watching_ = true;
-  asio::co_spawn(io_, watch_rounds(), asio::detached);
+  return link_->endpoint();
 }
 
 asio::awaitable<void> StoreRendezvous::connect() {
-  if (s_.backend == Backend::kEtcd) {
-    co_await connect_etcd();
-    co_return;
-  }
-  host_store();
-  store::ClientOptions opts;
-  opts.connect_timeout = s_.join_timeout;
-  opts.timeout = s_.read_timeout;
-  opts.token = s_.token;
-  const auto port = static_cast<uint16_t>(s_.endpoint_port);
-  std::unique_ptr<store::AsyncClient> main, watch;
-  std::optional<store::StoreError> error;
-  // Cancelled by interrupt(): a signal must not wait for join_timeout while nobody answers.
-  auto connect_one = [&]() {
-    return asio::co_spawn(
-        io_.get_executor(),
-        store::AsyncClient::connect(io_.get_executor(), s_.endpoint_host, port, opts),
-        asio::bind_cancellation_slot(connect_cancel_.slot(), asio::use_awaitable));
-  };
+  if (interrupted_) throw RendezvousError("rendezvous interrupted");
+  StoreLink::Clients clients;
   try {
+    // Cancelled by interrupt(): a signal must not wait while the store does not answer.
+    clients = co_await link_->connect(connect_cancel_.slot());
+  } catch (const RendezvousError&) {
     if (interrupted_) throw RendezvousError("rendezvous interrupted");
-    main = co_await connect_one();
-    watch = co_await connect_one();
-    co_await main->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
-    co_await watch->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
-  } catch (const store::StoreError& e) {
-    error = e;
-  } catch (const boost::system::system_error& e) {  // cancelled by interrupt()
-    if (!interrupted_) throw;
+    throw;
   }
   if (interrupted_) throw RendezvousError("rendezvous interrupted");
-  if (error && error->kind() == store::StoreError::Kind::kAuth) {
-    throw RendezvousError(token_refusal(endpoint(), error->auth_failure()));
-  }
-  if (error && error->kind() == store::StoreError::Kind::kConnect) {
-    throw RendezvousError("cannot reach the rendezvous store at " + endpoint() + " within " +
-                          sys::seconds_text(s_.join_timeout) + " (" + s_.join_timeout_key +
-                          "): " + error->what());
-  }
-  if (error) {
-    throw RendezvousError("the rendezvous store at " + endpoint() +
-                          " does not work as a ddprun store (" + error->what() +
-                          "); point --rdzv-endpoint at a ddprun agent's or ddpstore's port");
-  }
-  const std::string prefix = "/ddprun/" + s_.run_id + "/";
-  main_ = std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(main)), prefix);
-  watch_ = std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(watch)), prefix);
+  main_ = std::move(clients.main);
+  watch_ = std::move(clients.watch);
   protocol_ = std::make_unique<RoundProtocol>(*main_, s_, self_);
   watching_ = true;
   asio::co_spawn(io_, watch_rounds(), asio::detached);
@@ -335,7 +177,7 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
       break;
     case RoundChange::Kind::kFail:
       e.kind = RoundEnd::Kind::kWorkerFailed;
-      e.restart_allowed = formed_ && formed_->restart_count < protocol_->max_restarts();
+      e.restart_allowed = formed_ && may_restart(formed_->restart_count, protocol_->max_restarts());
       e.what = node_name(c.node_id) + " reported a failed worker";
       break;
     case RoundChange::Kind::kJoin:
@@ -344,9 +186,7 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
       break;
     case RoundChange::Kind::kDead:
       e.kind = RoundEnd::Kind::kNodeLost;
-      e.what = node_name(c.node_id) + (s_.backend == Backend::kEtcd
-                                           ? " is gone (its etcd lease ended)"
-                                           : " is gone (its connection to the store closed)");
+      e.what = node_name(c.node_id) + link_->gone_text();
       break;
   }
   return e;
@@ -460,7 +300,7 @@ asio::awaitable<void> StoreRendezvous::say_goodbye(Exit how) {
     if (formed_) {
       co_await protocol_->say_bye(*formed_);
       // The store's host leaves last, so the others can still read how the job ended.
-      if (host_) co_await protocol_->wait_byes(*formed_, s_.close_timeout);
+      if (link_->hosts_store()) co_await protocol_->wait_byes(*formed_, s_.close_timeout);
     }
   } catch (const std::exception&) {
     // The store is gone: nothing left to tell anyone.
@@ -473,12 +313,11 @@ asio::awaitable<void> StoreRendezvous::shutdown(Exit how) {
   stopping_ = true;
   watch_wake_.notify();
   if (watch_) watch_->close();
-  if (etcd_main_ && !interrupted_) {
-    // Revoking the lease ends the running round for the others at once (its will).
-    co_await etcd_main_->end(std::min<Millis>(s_.read_timeout, std::chrono::seconds(5)));
-  }
+  // Leaving ends this agent's presence for the others at once (etcd: its lease, whose will
+  // ends the running round); an interrupted agent leaves that to its guardian.
+  if (!interrupted_)
+    co_await link_->leave(std::min<Millis>(s_.read_timeout, std::chrono::seconds(5)));
   if (main_) main_->close();  // a leaving node's will ends the running round for the others
-  host_.reset();
 }
 
 }  // namespace ddprun::agent

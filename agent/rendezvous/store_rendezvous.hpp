@@ -1,14 +1,11 @@
-// StoreRendezvous: the multi-node rendezvous (torchrun's c10d backend, and the static backend
-// with --node-rank) over our store. The protocol is RoundProtocol (round_protocol.hpp); this
+// StoreRendezvous: the multi-node rendezvous (torchrun's c10d backend, the static backend with
+// --node-rank, and etcd) over a store. The protocol is RoundProtocol (round_protocol.hpp); this
 // class runs it on the agent's io_context, with no thread of its own:
 //
-//   * two connections to the rendezvous store (store::AsyncClient behind C10dStore, under the
-//     job's prefix): the main one runs the protocol, the other parks in WAIT on the running
-//     round's "change" key (the round watcher, a coroutine) and reports the event through
-//     round_end()/on_round_end();
-//   * the rendezvous store is hosted in this process (a ServerThread) when this agent is the
-//     endpoint's host (static node 0; c10d by torchrun's is_host rule), else it is a client of
-//     another agent's store or of a separately started ddpstore;
+//   * two clients of the rendezvous store (under the job's prefix), from its StoreLink
+//     (store_link.hpp: our store, hosted here or elsewhere, or etcd): the main one runs the
+//     protocol, the other parks in WAIT on the running round's "change" key (the round
+//     watcher, a coroutine) and reports the event through round_end()/on_round_end();
 //   * every round, this agent listens on a fresh workers' store (port 0) before joining; the
 //     round's node-rank-0 agent keeps its own and the others close theirs, so workers get
 //     MASTER_ADDR = that node's advertised address and MASTER_PORT = that fresh port.
@@ -34,20 +31,20 @@
 #include "agent/rendezvous/rendezvous_store.hpp"
 #include "agent/rendezvous/round_protocol.hpp"
 #include "agent/rendezvous/settings.hpp"
+#include "agent/rendezvous/store_link.hpp"
 #include "store/sys/wakeup.hpp"
 
 namespace ddprun::store {
 class Server;
-class ServerThread;
 }  // namespace ddprun::store
 
 namespace ddprun::agent {
 
-class EtcdStore;
-
 class StoreRendezvous final : public RendezvousHandler {
  public:
-  StoreRendezvous(boost::asio::io_context& io, RendezvousSettings settings);
+  // `lease_observer` (etcd): see store_link.hpp.
+  StoreRendezvous(boost::asio::io_context& io, RendezvousSettings settings,
+                  LeaseObserver lease_observer = {});
   ~StoreRendezvous() override;
 
   const std::string& run_id() const override { return s_.run_id; }
@@ -59,17 +56,8 @@ class StoreRendezvous final : public RendezvousHandler {
   void interrupt() override;
   boost::asio::awaitable<void> shutdown(Exit how) override;
 
-  // etcd: called with what revokes this agent's lease (etcd::revoke_request) whenever it
-  // changes, and with "" once the agent revoked it itself. ddprun hands it to its guardian,
-  // which revokes the lease if the agent dies, so the others notice at once, not after the TTL.
-  void set_lease_observer(std::function<void(const std::string&)> observer) {
-    lease_observer_ = std::move(observer);
-  }
-
  private:
   boost::asio::awaitable<void> connect();
-  boost::asio::awaitable<void> connect_etcd();
-  void host_store();
   boost::asio::awaitable<void> watch_rounds();
   void on_change(int round, std::optional<std::string> value, std::string error);
   RoundEnd describe(const RoundChange& change) const;
@@ -82,11 +70,9 @@ class StoreRendezvous final : public RendezvousHandler {
   boost::asio::io_context& io_;
   RendezvousSettings s_;
   NodeDesc self_;
-  std::unique_ptr<store::ServerThread> host_;  // the rendezvous store, when hosted here
-  std::unique_ptr<RendezvousStore> main_;      // runs the protocol
-  std::unique_ptr<RendezvousStore> watch_;     // parked in WAIT on the round's change key
-  EtcdStore* etcd_main_ = nullptr;             // etcd: the store inside main_ (its lease)
-  std::function<void(const std::string&)> lease_observer_;
+  std::unique_ptr<StoreLink> link_;         // how the store is reached (and maybe hosted)
+  std::unique_ptr<RendezvousStore> main_;   // runs the protocol
+  std::unique_ptr<RendezvousStore> watch_;  // parked in WAIT on the round's change key
   std::unique_ptr<RoundProtocol> protocol_;
   std::unique_ptr<store::Server> workers_store_;  // this round's, on io_
   std::optional<FormedRound> formed_;             // the round this node is a member of
