@@ -1,45 +1,22 @@
+// The agent's core: construction, the loop, its event sources and what it tells its observers.
+// The phases are in agent_phases.cpp.
 #include "agent/agent.hpp"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <chrono>
-#include <set>
 
 #include "agent/agent_impl.hpp"
 #include "store/sys/console.hpp"
-#include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
 #include "store/sys/time_text.hpp"
-#include "store/sys/wakeup.hpp"
 
 namespace ddprun::agent {
 
 namespace asio = boost::asio;
-
-namespace {
-
-Observed observed(const RoundEnd& end, bool own_failure) {
-  switch (end.kind) {
-    case RoundEnd::Kind::kSucceeded:
-      return {Event::kJobDone, false, end.what};
-    case RoundEnd::Kind::kWorkerFailed:
-      return {own_failure ? Event::kWorkerFailed : Event::kPeerFailed, end.restart_allowed,
-              end.what};
-    case RoundEnd::Kind::kNodeJoined:
-      return {Event::kNodeJoined, false, end.what};
-    case RoundEnd::Kind::kNodeLost:
-      return {Event::kNodeLost, false, end.what};
-    case RoundEnd::Kind::kStoreLost:
-      break;
-  }
-  return {Event::kStoreLost, false, end.what};
-}
-
-}  // namespace
 
 Agent::Impl::Impl(asio::io_context& io, WorkerSpec spec, std::unique_ptr<RendezvousHandler> rdzv,
                   Guardian* guardian)
@@ -48,10 +25,11 @@ Agent::Impl::Impl(asio::io_context& io, WorkerSpec spec, std::unique_ptr<Rendezv
       rdzv_(std::move(rdzv)),
       guardian_(guardian),
       group_(spec_, rdzv_->run_id()),
-      wake_(io.get_executor()),
+      queue_(io.get_executor()),
       signals_(io) {
   reset_signals_ = spec_.signals_to_handle;
   reset_signals_.push_back(SIGPIPE);
+  observers_.add(&summary_);  // first: the others read its counts
 }
 
 JobResult Agent::Impl::run() {
@@ -72,8 +50,8 @@ JobResult Agent::Impl::run() {
   io_.run();
   signals_.clear();
   pctx_.reset();  // kills and reaps anything left (only after an internal error)
-  health_.reset();
-  watchdog_.reset();
+  if (status_) status_->stop_serving();
+  hangs_.reset();
   return result;
 }
 
@@ -85,8 +63,8 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
   }
   keep_logs_ = !logs_->temporary() || spec_.redirects.is_map() || spec_.tee.is_map() ||
                spec_.redirects.for_rank(0) != Std::kNone || spec_.tee.for_rank(0) != Std::kNone;
-  rdzv_->on_round_end([this] { wake_.notify(); });
-  if (auto failed = open_watch()) {
+  rdzv_->on_round_end([this] { queue_.push(RoundEnded{}); });
+  if (auto failed = open_parts()) {
     Decision d = decide(WorkerState::kInit, failed->event, false);
     co_return co_await leave(d, *failed);
   }
@@ -98,7 +76,7 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
       transition(d, *early);
       co_return co_await leave(d, *early);
     }
-    group_.set_state(WorkerState::kHealthy);
+    set_state(WorkerState::kHealthy);
     log_started();
 
     Observed seen = co_await monitor_phase();
@@ -113,126 +91,56 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
     if (d.action != Action::kRestart && d.action != Action::kReform) {
       co_return co_await leave(d, seen);
     }
-    group_.set_state(d.next);
+    set_state(d.next);
   }
 }
 
-asio::awaitable<std::optional<Observed>> Agent::Impl::rendezvous_phase() {
-  const int previous_restarts = group_.round().restart_count;
-  const bool first = !pctx_;
-  RendezvousInfo info;
-  const auto began = Clock::now();
-  // A signal that came while the previous round's workers were being stopped (a re-form or a
-  // restart) found no rendezvous to interrupt: honour it before waiting for a new round.
-  if (signal_) co_return Observed{Event::kSignal, false, {}};
+// The hang monitor (heartbeats for the workers, hang detection when asked for), the event log
+// and the health endpoints. Only what was asked for can fail the start.
+std::optional<Observed> Agent::Impl::open_parts() {
+  const bool judging =
+      spec_.hang_timeout.count() > 0 || spec_.hang_start_timeout.count() > 0 || spec_.file_timer;
   try {
-    in_rendezvous_ = true;
-    info = co_await rdzv_->next_rendezvous(spec_.local_world_size);
-    in_rendezvous_ = false;
-  } catch (const RendezvousError& e) {
-    in_rendezvous_ = false;
-    if (signal_) co_return Observed{Event::kSignal, false, {}};
-    // A member of a job that finished while it re-formed leaves with success.
-    if (e.exit_code() == 0) co_return Observed{Event::kJobDone, false, e.what()};
-    co_return Observed{Event::kRendezvousFailed, false, std::string("error: ") + e.what()};
-  }
-  if (signal_) co_return Observed{Event::kSignal, false, {}};
-  group_.assign(info);
-  emit_round(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began));
-  if (!first && info.restart_count > previous_restarts) {
-    sys::log_line("restarting the worker group: attempt " + std::to_string(info.restart_count) +
-                  " (" + std::to_string(info.restart_count) + " of " +
-                  std::to_string(info.max_restarts) + " restarts used)");
-    events_.emit("restart", {{"attempt", info.restart_count},
-                             {"restart_count", info.restart_count},
-                             {"max_restarts", info.max_restarts}});
-  }
-  co_return std::nullopt;
-}
-
-std::optional<Observed> Agent::Impl::start_phase() {
-  const RendezvousInfo& round = group_.round();
-  try {
-    attempt_dir_ = logs_->make_attempt(round.restart_count, spec_.local_world_size);
-    reported_.clear();
-    failures_.clear();
-    first_success_.reset();
-    pending_hangs_.clear();
-    hung_.clear();
-    exit_hung_.clear();
-    pctx_ = std::make_unique<ProcessContext>(io_, guardian_,
-                                             [this](int rank) { on_worker_exit(rank); });
-    pctx_->start(spec_.program, make_launches(group_, attempt_dir_, filtered_), reset_signals_);
+    if (!spec_.event_log.empty()) {
+      event_log_ =
+          std::make_unique<EventLogObserver>(EventLog(spec_.event_log, group_.run_id()), summary_);
+      observers_.add(event_log_.get());
+    }
+    hangs_ = std::make_unique<HangMonitor>(io_, spec_, [this](const Hang& h) { on_hang(h); });
+    group_.set_endpoints(hangs_->endpoints());
   } catch (const std::exception& e) {
-    pctx_.reset();
-    return Observed{Event::kStartFailed, false,
-                    std::string("error: cannot start the workers: ") + e.what()};
+    if (judging || !spec_.event_log.empty()) {
+      return Observed{Event::kStartFailed, false, std::string("error: ") + e.what()};
+    }
+    sys::log_line(std::string("warning: no heartbeat socket for the workers: ") + e.what());
   }
-  started_ = Clock::now();
-  ++attempts_;
-  watch_attempt();
+  status_ = std::make_unique<StatusObserver>(group_.run_id(), summary_,
+                                             hangs_ ? &hangs_->watchdog() : nullptr);
+  observers_.add(status_.get());
+  if (spec_.health_port) {
+    int port = 0;
+    try {
+      port = status_->serve(io_, spec_.health_host, *spec_.health_port);
+    } catch (const std::exception& e) {
+      return Observed{Event::kStartFailed, false, std::string("error: ") + e.what()};
+    }
+    sys::log_line("health endpoints: http://" + sys::endpoint_text(spec_.health_host, port) +
+                  "/healthz, /metrics, /status");
+  }
   return std::nullopt;
 }
 
-asio::awaitable<Observed> Agent::Impl::monitor_phase() {
-  while (!signal_ && !any_failed() && !pctx_->all_exited() && !rdzv_->round_end() &&
-         pending_hangs_.empty()) {
-    if (auto deadline = exit_deadline()) {
-      if (!co_await wake_.wait_until(*deadline)) co_await handle_exit_hang();
-    } else {
-      co_await wake_.wait();
-    }
-  }
-  if (signal_) co_return Observed{Event::kSignal, false, {}};
-  if (auto ended = rdzv_->round_end()) {  // another node, or the store, ended the round
-    sys::log_line("round " + std::to_string(group_.round().round) + ": " + ended->what +
-                  ": stopping " + std::to_string(pctx_->running()) + " running worker(s)");
-    failures_ = collect_failures(false);
-    co_return observed(*ended, false);
-  }
-  if (pending_hangs_.empty() && !any_failed()) {
-    co_return Observed{Event::kWorkersSucceeded, false, {}};
-  }
-  group_.set_state(WorkerState::kUnhealthy);
-  const bool hung = !pending_hangs_.empty();
-  if (hung) co_await capture_hangs();
-  failures_ = collect_failures(false);
-  RoundEnd end = co_await rdzv_->report_failure();  // first event of the round wins
-  Observed seen = observed(end, true);
-  if (hung && seen.event == Event::kWorkerFailed) seen.event = Event::kWorkerHung;
-  co_return seen;
-}
-
-asio::awaitable<Observed> Agent::Impl::exit_barrier_phase() {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
-  in_rendezvous_ = true;
-  RoundEnd end = co_await rdzv_->report_success();
-  in_rendezvous_ = false;
-  if (signal_) co_return Observed{Event::kSignal, false, {}};
-  if (end.kind == RoundEnd::Kind::kSucceeded) {
-    const size_t stopped = exit_hung_.size();
-    sys::log_line("attempt " + std::to_string(group_.round().restart_count) + ": " +
-                  (stopped
-                       ? std::to_string(spec_.local_world_size - stopped) + " of " +
-                             std::to_string(spec_.local_world_size) + " workers exited 0, " +
-                             std::to_string(stopped) + " stopped after --exit-timeout ("
-                       : "all " + std::to_string(spec_.local_world_size) + " workers exited 0 (") +
-                  std::to_string(ms.count()) + " ms)");
-  } else {
-    sys::log_line("round " + std::to_string(group_.round().round) +
-                  ": this node's workers exited 0, but " + end.what +
-                  " before every node finished");
-  }
-  co_return observed(end, false);
+void Agent::Impl::set_state(WorkerState state) {
+  group_.set_state(state);
+  observers_.each([&](AgentObserver& o) { o.on_state(state); });
 }
 
 // One line per transition, with the values that matter. The reason of a transition that ends
 // the job is the launcher's last line (JobResult::what), not repeated here.
 void Agent::Impl::transition(const Decision& d, const Observed& seen) {
   if (d.next == group_.state()) return;  // e.g. waiting in the exit barrier
-  emit_transition(d, seen);
-  if (d.action == Action::kReform) ++reformations_;
   const RendezvousInfo& r = group_.round();
+  observers_.each([&](AgentObserver& o) { o.on_transition(group_.state(), d, seen, r); });
   std::string line = std::string(to_string(group_.state())) + " -> " +
                      std::string(to_string(d.next)) + " on " + std::string(to_string(seen.event)) +
                      ": " + std::string(to_string(d.action));
@@ -250,46 +158,13 @@ void Agent::Impl::transition(const Decision& d, const Observed& seen) {
   }
 }
 
-asio::awaitable<void> Agent::Impl::stop_phase() {
-  if (watchdog_) watchdog_->unwatch();
-  if (pctx_) co_await stop_running(signal_.value_or(SIGTERM));
-  // Workers that died of our stop signal are no failures of their own, unless they wrote an
-  // error file while stopping. Hung workers are, with their stacks.
-  if (pctx_) {
-    for (auto& f : collect_failures(true)) failures_.push_back(std::move(f));
-    add_hang_failures();
-  }
-  group_.set_state(WorkerState::kStopped);
-}
-
-// `sig` to every running worker's process group, --shutdown-timeout grace, SIGKILL, reaped.
-asio::awaitable<void> Agent::Impl::stop_running(int sig) {
-  if (pctx_->all_exited()) co_return;
-  pctx_->signal_all(sig);
-  // A stopped worker (SIGSTOP, a debugger gone) holds the signal until it runs again.
-  if (sig != SIGKILL) pctx_->signal_all(SIGCONT);
-  const auto deadline = Clock::now() + spec_.shutdown_timeout;
-  while (!pctx_->all_exited() && !escalate_) {
-    if (!co_await wake_.wait_until(deadline)) break;
-  }
-  if (!pctx_->all_exited()) {
-    if (!escalate_) {
-      sys::log_line(std::to_string(pctx_->running()) + " worker(s) still running " +
-                    sys::seconds_text(spec_.shutdown_timeout) + " after " + signal_name(sig) +
-                    ": sending SIGKILL");
-    }
-    pctx_->signal_all(SIGKILL);
-    while (!pctx_->all_exited()) co_await wake_.wait();
-  }
-}
-
 asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed& seen) {
   const bool from_init = group_.state() == WorkerState::kInit;
   RendezvousHandler::Exit how = RendezvousHandler::Exit::kLeaving;
   if (d.action == Action::kSucceed) how = RendezvousHandler::Exit::kSucceeded;
   if (d.action == Action::kFail) how = RendezvousHandler::Exit::kFailed;
   co_await rdzv_->shutdown(how);
-  group_.set_state(d.next);
+  set_state(d.next);
   if (!failures_.empty() && (d.action == Action::kFail || seen.event == Event::kSignal)) {
     std::string summary =
         "\n" + format_failure_summary(spec_.entrypoint_name, failures_, sys::host_name());
@@ -297,7 +172,7 @@ asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed&
   }
   if (d.action == Action::kSucceed && !keep_logs_) logs_->remove_temporary();
   JobResult result = result_of(d, seen, from_init);
-  emit_job_end(result);
+  observers_.each([&](AgentObserver& o) { o.on_job_end(result, group_.round()); });
   co_return result;
 }
 
@@ -354,16 +229,8 @@ void Agent::Impl::log_started() {
       ", max restarts " + std::to_string(r.max_restarts) + ", logs " + logs_->path() + ")");
 }
 
-// Workers stopped after --exit-timeout are not failures: their work was done.
-bool Agent::Impl::any_failed() const {
-  for (size_t r = 0; r < pctx_->size(); ++r) {
-    if (exit_hung_.count(static_cast<int>(r))) continue;
-    const auto& e = pctx_->exit_of(static_cast<int>(r));
-    if (e && !e->status.success()) return true;
-  }
-  return false;
-}
-
+// Source: signals. The first is forwarded at once and interrupts a rendezvous wait; a second
+// escalates to SIGKILL. The loop then reads the event.
 void Agent::Impl::arm_signals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -385,7 +252,45 @@ void Agent::Impl::on_signal(int sig) {
                   " (a second signal kills them now)");
     if (in_rendezvous_) rdzv_->interrupt();
   }
-  wake_.notify();
+  queue_.push(SignalReceived{sig});
+}
+
+// Source: worker exits (the process context's pidfd waits).
+void Agent::Impl::on_worker_exit(int local_rank) {
+  if (hangs_) hangs_->worker_exited(local_rank);
+  const auto& e = pctx_->exit_of(local_rank);
+  if (e) {
+    ExitedWorker exited{local_rank, -1, pctx_->pid_of(local_rank), e->status,
+                        group_.round().restart_count};
+    if (local_rank < static_cast<int>(group_.workers().size())) {
+      exited.rank = group_.workers()[local_rank].global_rank;
+    }
+    observers_.each([&](AgentObserver& o) { o.on_worker_exit(exited); });
+    if (e->status.success() && !first_success_) first_success_ = Clock::now();
+  }
+  queue_.push(WorkerExited{local_rank});
+}
+
+// Source: hangs (the hang monitor's watchdog). Only a hang of a healthy group is acted on.
+void Agent::Impl::on_hang(const Hang& hang) {
+  const Worker& w = group_.workers().at(hang.local_rank);
+  if (group_.state() != WorkerState::kHealthy) return;  // already stopping the group
+  if (hang.kind == Hang::Kind::kTimerExpired && hang.signal <= 0) {
+    sys::log_line(worker_name(w, hang.pid) + ": " + hang.describe() +
+                  "; the client asked for no signal, so it is left running");
+    observers_.each([&](AgentObserver& o) { o.on_hang_ignored(hang, w.global_rank); });
+    return;
+  }
+  if (hang.kind != Hang::Kind::kTimerExpired && first_success_) {
+    // Another worker already exited 0: this one may be finishing its part (rank 0 saving a
+    // checkpoint). --exit-timeout judges it, not the heartbeat.
+    sys::log_line(worker_name(w, hang.pid) + ": " + hang.describe() +
+                  " after another worker exited 0: left to --exit-timeout");
+    return;
+  }
+  hangs_->found(hang);
+  observers_.each([&](AgentObserver& o) { o.on_hang_found(hang, w.global_rank); });
+  queue_.push(HangFound{hang});
 }
 
 Agent::Agent(asio::io_context& io, WorkerSpec spec, std::unique_ptr<RendezvousHandler> rdzv,

@@ -46,16 +46,16 @@ class Guardian;
 // table (launcher/exit_codes.hpp); the agent decides no exit codes itself.
 struct JobResult {
   enum class Kind {
-    kSucceeded,       // every worker of the job exited 0 (or the job finished without us)
-    kWorkersFailed,   // a worker failed and no restarts are left; root_cause is set when it
-                      // was one of this node's workers (the summary was printed)
-    kWorkerHung,      // as kWorkersFailed, and the root cause was one of this node's workers
-                      // found hung (no heartbeat, an expired FileTimer scope)
-    kSignaled,        // ddprun received `signal`; the workers were stopped
+    kSucceeded,         // every worker of the job exited 0 (or the job finished without us)
+    kWorkersFailed,     // a worker failed and no restarts are left; root_cause is set when it
+                        // was one of this node's workers (the summary was printed)
+    kWorkerHung,        // as kWorkersFailed, and the root cause was one of this node's workers
+                        // found hung (no heartbeat, an expired FileTimer scope)
+    kSignaled,          // ddprun received `signal`; the workers were stopped
     kRendezvousFailed,  // no round could be formed: too few nodes, an unreachable or
                         // unusable store, a closed job, a port in use
-    kStoreLost,       // the rendezvous store went away while the job ran
-    kStartFailed,     // the workers could not be started (log directory, fork)
+    kStoreLost,         // the rendezvous store went away while the job ran
+    kStartFailed,       // the workers could not be started (log directory, fork)
   };
   Kind kind = Kind::kSucceeded;
   std::optional<ExitStatus> root_cause;  // kWorkersFailed

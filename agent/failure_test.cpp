@@ -51,7 +51,8 @@ TEST(ErrorFile, MissingIsNulloptAndGarbageIsReported) {
 }
 
 TEST(Failure, SignalDeathWithoutErrorFile) {
-  auto f = make_failure(1, 3, 4242, ExitStatus::signaled(SIGKILL), "/nonexistent/error.json", 1700000000, 1);
+  auto f = make_failure(1, 3, 4242, ExitStatus::signaled(SIGKILL), "/nonexistent/error.json",
+                        1700000000, 1);
   EXPECT_EQ(f.error_file, "<N/A>");
   EXPECT_EQ(f.message, "Signal 9 (SIGKILL) received by PID 4242");
   EXPECT_EQ(f.status.shell_code(), 137);

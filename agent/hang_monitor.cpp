@@ -1,0 +1,160 @@
+#include "agent/hang_monitor.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "store/sys/log.hpp"
+#include "store/sys/time_text.hpp"
+
+namespace ddprun::agent {
+
+namespace asio = boost::asio;
+
+namespace {
+
+void log_stacks(const StackDump& dump) {
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f", std::chrono::duration<double>(dump.took).count());
+  sys::log_line("  stacks: " + dump.path + " (" + took + " s)");
+  for (const auto& line : dump.head) sys::log_line("    " + line);
+  for (const auto& note : dump.notes) sys::log_line("  note: " + note);
+}
+
+}  // namespace
+
+std::string worker_name(const Worker& w, pid_t pid) {
+  return "rank " + std::to_string(w.global_rank) + " (local rank " + std::to_string(w.local_rank) +
+         ", pid " + std::to_string(pid) + ")";
+}
+
+HangMonitor::HangMonitor(asio::io_context& io, const WorkerSpec& spec,
+                         std::function<void(const Hang&)> on_hang)
+    : io_(io), spec_(spec), runtime_dir_("ddprun-" + std::to_string(::getpid()) + "-") {
+  std::string fifo;
+  if (spec_.file_timer) {
+    fifo = spec_.timer_file.empty() ? runtime_dir_.path() + "/timer.fifo" : spec_.timer_file;
+  }
+  watchdog_ =
+      std::make_unique<Watchdog>(io_, HangOptions{spec_.hang_timeout, spec_.hang_start_timeout},
+                                 runtime_dir_.path() + "/heartbeat.sock", fifo, std::move(on_hang));
+}
+
+AgentEndpoints HangMonitor::endpoints() const {
+  return {watchdog_->heartbeat_path(), watchdog_->timer_fifo_path()};
+}
+
+void HangMonitor::watch(std::vector<WatchedWorker> workers) {
+  pending_.clear();
+  hung_.clear();
+  watchdog_->watch(std::move(workers));
+}
+
+asio::awaitable<StackDump> HangMonitor::stacks_of(pid_t pid, const AttemptView& attempt,
+                                                  int local_rank) {
+  const std::string path = attempt.log_dir + "/" + std::to_string(local_rank) + "/stacks.txt";
+  StackDump dump;
+  try {
+    dump = co_await dump_stacks(io_.get_executor(), pid, path, spec_.stack_timeout);
+  } catch (const std::exception& e) {
+    dump.notes.push_back(std::string("no stacks: ") + e.what());
+  }
+  co_return dump;
+}
+
+asio::awaitable<void> HangMonitor::capture(const AttemptView& attempt, const Observers& observers,
+                                           std::set<int>& reported) {
+  watchdog_->unwatch();  // the group is stopping: one report per hang
+  const int round_attempt = attempt.group.round().restart_count;
+  while (!pending_.empty()) {
+    const Hang hang = pending_.front();
+    pending_.erase(pending_.begin());
+    const Worker& w = attempt.group.workers().at(hang.local_rank);
+    const int64_t found_at = static_cast<int64_t>(std::time(nullptr));
+    sys::log_line(worker_name(w, hang.pid) + " hung: " + hang.describe() +
+                  ": capturing its stacks");
+    StackDump dump = co_await stacks_of(hang.pid, attempt, hang.local_rank);
+    if (hang.kind == Hang::Kind::kTimerExpired) {
+      // torch's FileTimer contract: the scope's signal goes to the process that asked (the
+      // watchdog checked it is this worker or in its process group, which is not reaped yet).
+      ::kill(hang.pid, hang.signal);
+    }
+    log_stacks(dump);
+    observers.each(
+        [&](AgentObserver& o) { o.on_hang_captured(hang, w.global_rank, dump, round_attempt); });
+    reported.insert(hang.local_rank);
+    hung_.push_back({hang, std::move(dump), found_at});
+  }
+  co_await capture_silent_peers(attempt);
+}
+
+// In a collective hang every rank goes silent at about the same moment, and the first one
+// reported need not be the culprit: the stacks of the node's other workers that have been
+// silent for half the timeout are saved too (not judged: only the reported ones are hung).
+asio::awaitable<void> HangMonitor::capture_silent_peers(const AttemptView& attempt) {
+  if (spec_.hang_timeout.count() <= 0) co_return;
+  const auto now = std::chrono::steady_clock::now();
+  std::set<int> done;
+  for (const auto& h : hung_) done.insert(h.hang.local_rank);
+  for (const Worker& w : attempt.group.workers()) {
+    if (done.count(w.local_rank) || attempt.processes.exit_of(w.local_rank)) continue;
+    auto beat = watchdog_->last_beat(w.local_rank);
+    if (!beat || now - *beat < spec_.hang_timeout / 2) continue;
+    const pid_t pid = attempt.processes.pid_of(w.local_rank);
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - *beat);
+    sys::log_line(worker_name(w, pid) + " has been silent for " + sys::seconds_text(silent) +
+                  " as well: capturing its stacks");
+    StackDump dump = co_await stacks_of(pid, attempt, w.local_rank);
+    if (dump.path.empty()) {
+      for (const auto& note : dump.notes) sys::log_line("  " + note);
+    } else {
+      log_stacks(dump);
+    }
+  }
+}
+
+asio::awaitable<std::set<int>> HangMonitor::capture_exit_hangs(const AttemptView& attempt,
+                                                               const Observers& observers) {
+  std::set<int> running;
+  for (const Worker& w : attempt.group.workers()) {
+    if (!attempt.processes.exit_of(w.local_rank)) running.insert(w.local_rank);
+  }
+  watchdog_->unwatch();
+  for (int local_rank : running) {
+    const Worker& w = attempt.group.workers().at(local_rank);
+    const pid_t pid = attempt.processes.pid_of(local_rank);
+    const std::string why = "has not exited " + sys::seconds_text(spec_.exit_timeout) +
+                            " after another worker of this node exited 0";
+    sys::log_line(worker_name(w, pid) + " " + why + ": capturing its stacks");
+    StackDump dump = co_await stacks_of(pid, attempt, local_rank);
+    log_stacks(dump);
+    const StartedWorker started{local_rank, w.global_rank, pid};
+    observers.each([&](AgentObserver& o) {
+      o.on_exit_hang(started, why, dump, attempt.group.round().restart_count);
+    });
+  }
+  co_return running;
+}
+
+void HangMonitor::add_failures(const AttemptView& attempt,
+                               std::vector<ProcessFailure>& failures) const {
+  for (const Hung& h : hung_) {
+    const int local_rank = h.hang.local_rank;
+    const Worker& w = attempt.group.workers().at(local_rank);
+    const auto& e = attempt.processes.exit_of(local_rank);
+    ProcessFailure f =
+        make_failure(local_rank, w.global_rank, attempt.processes.pid_of(local_rank),
+                     e ? e->status : ExitStatus::signaled(SIGKILL),
+                     attempt.processes.launch_of(local_rank).error_file, h.unix_time, 0);
+    f.timestamp = h.unix_time;  // found hung then, whatever its error file says later
+    f.hang = h.hang.describe();
+    f.stacks_path = h.stacks.path;
+    f.stack_head = h.stacks.head;
+    failures.push_back(std::move(f));
+  }
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,91 @@
+// HangMonitor: the agent's part that finds hung workers and explains them. It owns the watchdog
+// (heartbeats and torch's FileTimer, agent/hang/) and the runtime directory its socket and FIFO
+// live in, remembers this attempt's hangs, and takes the stacks of the workers involved (the
+// hung one, the silent peers of a collective hang, the workers still running --exit-timeout
+// after another exited 0). The loop decides what a hang means (a failure, or nothing when the
+// group is already stopping); the monitor only reports and explains.
+//
+// Threads: the io_context thread only.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/agent_observer.hpp"
+#include "agent/failure.hpp"
+#include "agent/hang/watchdog.hpp"
+#include "agent/process/process_context.hpp"
+#include "agent/worker_group.hpp"
+#include "agent/worker_spec.hpp"
+#include "store/sys/temp_dir.hpp"
+
+namespace ddprun::agent {
+
+// The running attempt, as the monitor sees it.
+struct AttemptView {
+  const WorkerGroup& group;
+  ProcessContext& processes;
+  std::string log_dir;  // attempt_<N>/: stacks go to <local_rank>/stacks.txt
+};
+
+class HangMonitor {
+ public:
+  // Opens the heartbeat socket (and the FileTimer FIFO when spec.file_timer) in a runtime
+  // directory of its own; `on_hang` is called (posted) for every hang the watchdog finds.
+  // Throws std::exception when they cannot be made.
+  HangMonitor(boost::asio::io_context& io, const WorkerSpec& spec,
+              std::function<void(const Hang&)> on_hang);
+
+  // What the workers get as DDPRUN_HEARTBEAT_SOCKET and TORCHELASTIC_TIMER_FILE.
+  AgentEndpoints endpoints() const;
+  const Watchdog& watchdog() const { return *watchdog_; }
+
+  // A new attempt: forgets the last one's hangs and judges these workers.
+  void watch(std::vector<WatchedWorker> workers);
+  void worker_exited(int local_rank) { watchdog_->worker_exited(local_rank); }
+  void unwatch() { watchdog_->unwatch(); }
+
+  // A hang the loop acts on: its stacks are taken by capture().
+  void found(const Hang& hang) { pending_.push_back(hang); }
+  bool any_found() const { return !pending_.empty(); }
+
+  // Takes the stacks of every hang found (and sends a FileTimer scope's signal), then those of
+  // the node's other workers silent for half the hang timeout: in a collective hang the first
+  // rank reported need not be the culprit. Local ranks with stacks go into `reported`.
+  boost::asio::awaitable<void> capture(const AttemptView& attempt, const Observers& observers,
+                                       std::set<int>& reported);
+  // The workers still running --exit-timeout after another exited 0: their stacks, logged and
+  // reported; returns their local ranks (the loop stops them).
+  boost::asio::awaitable<std::set<int>> capture_exit_hangs(const AttemptView& attempt,
+                                                           const Observers& observers);
+  // The hung workers of this attempt as failures (after the stop), with their stacks.
+  void add_failures(const AttemptView& attempt, std::vector<ProcessFailure>& failures) const;
+
+ private:
+  struct Hung {
+    Hang hang;
+    StackDump stacks;
+    int64_t unix_time = 0;  // when it was found
+  };
+
+  boost::asio::awaitable<StackDump> stacks_of(pid_t pid, const AttemptView& attempt,
+                                              int local_rank);
+  boost::asio::awaitable<void> capture_silent_peers(const AttemptView& attempt);
+
+  boost::asio::io_context& io_;
+  const WorkerSpec& spec_;
+  sys::TempDir runtime_dir_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::vector<Hang> pending_;  // found, stacks not taken yet
+  std::vector<Hung> hung_;     // this attempt's, with their stacks
+};
+
+// "rank 3 (local rank 1, pid 4133)": how log lines name a worker.
+std::string worker_name(const Worker& w, pid_t pid);
+
+}  // namespace ddprun::agent
