@@ -3,6 +3,7 @@
 #include "agent/agent.hpp"
 
 #include <signal.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -50,7 +51,9 @@ JobResult Agent::Impl::run() {
   io_.run();
   signals_.clear();
   pctx_.reset();  // kills and reaps anything left (only after an internal error)
+  warm_.reset();
   if (status_) status_->stop_serving();
+  memory_.reset();  // the job's end: its in-memory checkpoints go
   hangs_.reset();
   return result;
 }
@@ -70,6 +73,10 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
   }
   for (;;) {
     std::optional<Observed> early = co_await rendezvous_phase();
+    if (!early && warm_) {
+      co_await warm_->wait_until_settled([this] { return signal_.has_value(); });
+      if (signal_) early = Observed{Event::kSignal, false, {}};
+    }
     if (!early) early = start_phase();
     if (early) {
       Decision d = decide(WorkerState::kInit, early->event, false);
@@ -114,8 +121,13 @@ std::optional<Observed> Agent::Impl::open_parts() {
     }
     sys::log_line(std::string("warning: no heartbeat socket for the workers: ") + e.what());
   }
+  open_memory_checkpoints();
+  if (spec_.warm_start && spec_.python) {
+    warm_ = std::make_unique<WarmStart>(spec_, logs_->path(), reset_signals_, guardian_);
+  }
   status_ = std::make_unique<StatusObserver>(group_.run_id(), summary_,
                                              hangs_ ? &hangs_->watchdog() : nullptr);
+  status_->set_memory_checkpoints(memory_.get());
   observers_.add(status_.get());
   if (spec_.health_port) {
     int port = 0;
@@ -128,6 +140,30 @@ std::optional<Observed> Agent::Impl::open_parts() {
                   "/healthz, /metrics, /status");
   }
   return std::nullopt;
+}
+
+// The job's in-memory checkpoint directory, when asked for. Workers that cannot have one still
+// run (their memory saves are refused with an error that says why, and they fall back to files).
+void Agent::Impl::open_memory_checkpoints() {
+  uint64_t limit = spec_.memory_checkpoint_bytes;
+  if (spec_.memory_checkpoint_percent > 0) {
+    struct sysinfo info {};
+    if (::sysinfo(&info) == 0) {
+      limit = static_cast<uint64_t>(static_cast<double>(info.totalram) * info.mem_unit *
+                                    spec_.memory_checkpoint_percent / 100);
+    }
+  }
+  if (limit == 0) return;
+  try {
+    memory_ = std::make_unique<MemoryCheckpoints>(group_.run_id(), limit, guardian_);
+  } catch (const std::exception& e) {
+    sys::log_line(std::string("warning: no in-memory checkpoints for this job: ") + e.what());
+    return;
+  }
+  AgentEndpoints endpoints = group_.endpoints();
+  endpoints.memory_checkpoint_dir = memory_->path();
+  endpoints.memory_checkpoint_limit = memory_->limit();
+  group_.set_endpoints(std::move(endpoints));
 }
 
 void Agent::Impl::set_state(WorkerState state) {
@@ -243,7 +279,7 @@ void Agent::Impl::on_signal(int sig) {
   if (signal_) {
     escalate_ = true;
     sys::log_line("received " + signal_name(sig) + " again: killing the workers now");
-    if (pctx_) pctx_->signal_all(SIGKILL);
+    if (pctx_) pctx_->signal_all(SIGKILL, "on a second signal to ddprun");
   } else {
     signal_ = sig;
     size_t running = pctx_ ? pctx_->running() : 0;
@@ -260,8 +296,9 @@ void Agent::Impl::on_worker_exit(int local_rank) {
   if (hangs_) hangs_->worker_exited(local_rank);
   const auto& e = pctx_->exit_of(local_rank);
   if (e) {
-    ExitedWorker exited{local_rank, -1, pctx_->pid_of(local_rank), e->status,
-                        group_.round().restart_count};
+    ExitedWorker exited{
+        local_rank,     -1,      pctx_->pid_of(local_rank), e->status, group_.round().restart_count,
+        e->peak_rss_kb, e->cause};
     if (local_rank < static_cast<int>(group_.workers().size())) {
       exited.rank = group_.workers()[local_rank].global_rank;
     }

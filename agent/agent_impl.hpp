@@ -29,9 +29,12 @@
 #include "agent/failure.hpp"
 #include "agent/hang_monitor.hpp"
 #include "agent/job_summary.hpp"
+#include "agent/memory_checkpoints.hpp"
+#include "agent/process/kill_cause.hpp"
 #include "agent/process/log_dir.hpp"
 #include "agent/state_machine.hpp"
 #include "agent/status_observer.hpp"
+#include "agent/warm_start.hpp"
 #include "agent/worker_group.hpp"
 #include "agent/worker_launch.hpp"
 
@@ -65,7 +68,8 @@ class Agent::Impl {
   boost::asio::awaitable<Observed> worker_failed();
 
   std::optional<Observed> open_parts();  // hang monitor, event log, health endpoints
-  void set_state(WorkerState state);     // the group's, told to the observers
+  void open_memory_checkpoints();
+  void set_state(WorkerState state);  // the group's, told to the observers
   void transition(const Decision& d, const Observed& seen);
   std::vector<ProcessFailure> collect_failures(bool only_with_error_file);
   void log_started();
@@ -89,7 +93,11 @@ class Agent::Impl {
   boost::asio::signal_set signals_;
   std::vector<int> reset_signals_;
 
-  // The running attempt.
+  // Why workers died of SIGKILL: reads the kernel log from where it ended at the start.
+  KillCauses kill_causes_;
+
+  // The running attempt. The warm-start part reaps what its zygote forked: it goes after them.
+  std::unique_ptr<WarmStart> warm_;
   std::optional<RunLogDir> logs_;
   std::string attempt_dir_;
   bool keep_logs_ = true;
@@ -106,7 +114,9 @@ class Agent::Impl {
   bool escalate_ = false;       // a second signal: SIGKILL without the grace
   bool in_rendezvous_ = false;  // a signal must interrupt the handler's waits
 
-  // Parts. The hang monitor outlives the status observer, which reads its watchdog.
+  // Parts. The hang monitor outlives the status observer, which reads its watchdog; so do the
+  // in-memory checkpoints.
+  std::unique_ptr<MemoryCheckpoints> memory_;
   std::unique_ptr<HangMonitor> hangs_;
   JobSummary summary_;
   std::unique_ptr<EventLogObserver> event_log_;

@@ -43,6 +43,8 @@ struct ExitedWorker {
   pid_t pid = 0;
   ExitStatus status;
   int attempt = 0;
+  uint64_t peak_rss_kb = 0;  // 0: unknown
+  std::string cause;         // a SIGKILL's sender (agent/process/kill_cause.hpp)
 };
 
 class AgentObserver {

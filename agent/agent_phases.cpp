@@ -75,9 +75,12 @@ std::optional<Observed> Agent::Impl::start_phase() {
     first_success_.reset();
     exit_hung_.clear();
     queue_.clear();  // the last attempt's exits and round ends are of no concern now
-    pctx_ = std::make_unique<ProcessContext>(io_, guardian_,
-                                             [this](int rank) { on_worker_exit(rank); });
-    pctx_->start(spec_.program, make_launches(group_, attempt_dir_, filtered_), reset_signals_);
+    pctx_.reset();   // the previous attempt's processes, before a warm start forks new ones
+    if (memory_) memory_->remove_partial_saves();  // a killed worker's unfinished save
+    pctx_ = std::make_unique<ProcessContext>(
+        io_, guardian_, [this](int rank) { on_worker_exit(rank); }, &kill_causes_);
+    pctx_->start(spec_.program, make_launches(group_, attempt_dir_, filtered_), reset_signals_,
+                 warm_ ? warm_->spawner() : ProcessContext::WarmSpawn{});
   } catch (const std::exception& e) {
     pctx_.reset();
     return Observed{Event::kStartFailed, false,
@@ -194,7 +197,10 @@ asio::awaitable<void> Agent::Impl::stop_running(int sig) {
                     sys::seconds_text(spec_.shutdown_timeout) + " after " + signal_name(sig) +
                     ": sending SIGKILL");
     }
-    pctx_->signal_all(SIGKILL);
+    pctx_->signal_all(SIGKILL, escalate_
+                                   ? "on a second signal to ddprun"
+                                   : "after its stop grace of " +
+                                         sys::seconds_text(spec_.shutdown_timeout) + " expired");
     while (!pctx_->all_exited()) co_await queue_.pop_until(Clock::time_point::max());
   }
 }

@@ -80,6 +80,8 @@ void EventLogObserver::on_worker_exit(const ExitedWorker& e) {
       fields["exec_failed"] = e.status.describe();
       break;
   }
+  if (!e.cause.empty()) fields["cause"] = e.cause;
+  if (e.peak_rss_kb) fields["peak_rss_bytes"] = e.peak_rss_kb * 1024;
   log_.emit("worker_exit", std::move(fields));
 }
 

@@ -152,6 +152,8 @@ std::string format_failure_summary(std::string_view title_name,
             " (local_rank: " + std::to_string(f->local_rank) + ")\n";
     text += "  exitcode  : " + std::to_string(f->status.torchrun_code()) +
             " (pid: " + std::to_string(f->pid) + ")\n";
+    if (!f->cause.empty()) text += "  cause     : " + f->cause + "\n";
+    if (f->peak_rss_kb) text += "  peak rss  : " + format_bytes(f->peak_rss_kb * 1024) + "\n";
     text += "  error_file: " + f->error_file + "\n";
     if (!f->hang.empty()) {
       text += "  hung      : " + f->hang + "\n";
@@ -200,12 +202,16 @@ std::vector<ProcessFailure> collect_new_failures(const WorkerGroup& group,
     ProcessFailure f = make_failure(w.local_rank, w.global_rank, pctx.pid_of(w.local_rank),
                                     e->status, launch.error_file, e->unix_time, e->sequence);
     if (only_with_error_file && f.error_file == "<N/A>") continue;
+    f.cause = e->cause;
+    f.peak_rss_kb = e->peak_rss_kb;
     reported.insert(w.local_rank);
     std::string what = e->status.kind == ExitStatus::Kind::kExited
                            ? "failed with exitcode " + std::to_string(e->status.value)
                            : e->status.describe() + " (exitcode " +
                                  std::to_string(e->status.torchrun_code()) + ")";
-    std::string detail = f.error_file != "<N/A>" ? ": " + f.message : "";
+    std::string detail = f.error_file != "<N/A>" ? ": " + f.message
+                         : !f.cause.empty()      ? ": " + f.cause
+                                                 : "";
     sys::log_line("attempt " + std::to_string(group.round().restart_count) + ": worker " +
                   std::to_string(w.local_rank) + " (rank " + std::to_string(w.global_rank) +
                   ", pid " + std::to_string(f.pid) + ") " + what + detail);

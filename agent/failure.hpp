@@ -36,11 +36,13 @@ struct ProcessFailure {
   int global_rank = 0;
   pid_t pid = 0;
   ExitStatus status;
-  std::string error_file;  // "<N/A>" when the worker wrote none
-  int64_t timestamp = 0;   // unix seconds: from the error file, else when ddprun saw the exit
-  uint64_t sequence = 0;   // order in which ddprun observed the exits (breaks ties)
-  std::string message;     // one line for the log
-  std::string traceback;   // the summary's "traceback" field
+  std::string error_file;    // "<N/A>" when the worker wrote none
+  int64_t timestamp = 0;     // unix seconds: from the error file, else when ddprun saw the exit
+  uint64_t sequence = 0;     // order in which ddprun observed the exits (breaks ties)
+  std::string message;       // one line for the log
+  std::string traceback;     // the summary's "traceback" field
+  std::string cause;         // who sent a SIGKILL (kill_cause.hpp); empty: not a SIGKILL
+  uint64_t peak_rss_kb = 0;  // 0: unknown
   // A worker the agent found hung (agent/hang/): why, and where its stacks are.
   std::string hang;                     // "no heartbeat for 60 s"; empty: not a hang
   std::string stacks_path;              // the stack dump in the attempt's log directory

@@ -44,7 +44,10 @@ HangMonitor::HangMonitor(asio::io_context& io, const WorkerSpec& spec,
 }
 
 AgentEndpoints HangMonitor::endpoints() const {
-  return {watchdog_->heartbeat_path(), watchdog_->timer_fifo_path()};
+  AgentEndpoints e;
+  e.heartbeat_socket = watchdog_->heartbeat_path();
+  e.timer_file = watchdog_->timer_fifo_path();
+  return e;
 }
 
 void HangMonitor::watch(std::vector<WatchedWorker> workers) {

@@ -51,6 +51,13 @@ std::string render_metrics(const JobStatus& s) {
   gauge(t, "ddprun_rendezvous_duration_seconds", "How long the last rendezvous took",
         s.round_duration_s);
   gauge(t, "ddprun_uptime_seconds", "Seconds since the agent started", s.uptime_s);
+  if (!s.memory_checkpoint_dir.empty()) {
+    gauge(t, "ddprun_memory_checkpoint_bytes",
+          "Bytes the job's in-memory checkpoints hold on this node",
+          static_cast<double>(s.memory_checkpoint_bytes));
+    gauge(t, "ddprun_memory_checkpoint_limit_bytes", "Their bound (--memory-checkpoints)",
+          static_cast<double>(s.memory_checkpoint_limit));
+  }
   gauge(t, "ddprun_healthy", "1 while the worker group runs or starts, 0 when it failed or hangs",
         s.healthy ? 1 : 0);
 
@@ -67,6 +74,19 @@ std::string render_metrics(const JobStatus& s) {
     t.sample("ddprun_heartbeat_age_seconds", *w.heartbeat_age_s,
              {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
   }
+  t.family("ddprun_worker_rss_bytes", "gauge", "Each running worker's resident set now");
+  for (const auto& w : s.workers) {
+    if (!w.rss_bytes) continue;
+    t.sample("ddprun_worker_rss_bytes", static_cast<double>(w.rss_bytes),
+             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
+  }
+  t.family("ddprun_worker_peak_rss_bytes", "gauge",
+           "Each worker's peak resident set (of this attempt; at its exit once it exited)");
+  for (const auto& w : s.workers) {
+    if (!w.peak_rss_bytes) continue;
+    t.sample("ddprun_worker_peak_rss_bytes", static_cast<double>(w.peak_rss_bytes),
+             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
+  }
   return t.str();
 }
 
@@ -76,6 +96,9 @@ std::string render_status_json(const JobStatus& s) {
     nlohmann::json j = {
         {"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", w.state}};
     if (!w.exit.empty()) j["exit"] = w.exit;
+    if (!w.exit_cause.empty()) j["exit_cause"] = w.exit_cause;
+    if (w.rss_bytes) j["rss_bytes"] = w.rss_bytes;
+    if (w.peak_rss_bytes) j["peak_rss_bytes"] = w.peak_rss_bytes;
     j["heartbeat_age_s"] = w.heartbeat_age_s ? nlohmann::json(*w.heartbeat_age_s) : nullptr;
     workers.push_back(std::move(j));
   }
@@ -100,6 +123,11 @@ std::string render_status_json(const JobStatus& s) {
       {"uptime_s", s.uptime_s},
       {"workers", std::move(workers)},
   };
+  if (!s.memory_checkpoint_dir.empty()) {
+    j["memory_checkpoints"] = {{"dir", s.memory_checkpoint_dir},
+                               {"bytes", s.memory_checkpoint_bytes},
+                               {"limit", s.memory_checkpoint_limit}};
+  }
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

@@ -9,7 +9,8 @@
 //   max_restarts, world_size, group_world_size, rendezvous_round,
 //   rendezvous_duration_seconds, uptime_seconds, healthy,
 //   workers{state="running|succeeded|failed|hung"},
-//   heartbeat_age_seconds{local_rank,rank}  (ranks that have beaten this attempt)  gauges
+//   heartbeat_age_seconds{local_rank,rank}  (ranks that have beaten this attempt),
+//   worker_rss_bytes{local_rank,rank}, worker_peak_rss_bytes{local_rank,rank}  gauges
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +28,9 @@ struct WorkerStatus {
   pid_t pid = 0;
   std::string state;                      // running | succeeded | failed | hung
   std::string exit;                       // "exit code 1", "SIGKILL"; empty while running
+  std::string exit_cause;                 // who sent a SIGKILL (agent/process/kill_cause.hpp)
+  uint64_t rss_bytes = 0;                 // now (running workers; 0: unknown)
+  uint64_t peak_rss_bytes = 0;            // its peak so far, or at its exit (0: unknown)
   std::optional<double> heartbeat_age_s;  // since the last beat; none: never beat
 };
 
@@ -48,6 +52,9 @@ struct JobStatus {
   uint64_t hangs = 0;
   uint64_t heartbeats = 0;
   uint64_t console_dropped_lines = 0;  // worker lines not shown: nobody read the console
+  std::string memory_checkpoint_dir;   // empty: no in-memory checkpoints
+  uint64_t memory_checkpoint_limit = 0;
+  uint64_t memory_checkpoint_bytes = 0;  // in use now
   double uptime_s = 0;
   std::vector<WorkerStatus> workers;
 };

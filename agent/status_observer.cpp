@@ -1,6 +1,7 @@
 #include "agent/status_observer.hpp"
 
 #include "agent/health/prometheus.hpp"
+#include "agent/process/kill_cause.hpp"
 #include "store/sys/console.hpp"
 
 namespace ddprun::agent {
@@ -26,7 +27,7 @@ void StatusObserver::on_attempt(const RendezvousInfo& round,
 }
 
 void StatusObserver::on_worker_exit(const ExitedWorker& e) {
-  exits_[e.local_rank] = e.status;
+  exits_[e.local_rank] = e;
 }
 
 void StatusObserver::on_hang_found(const Hang& hang, int rank) {
@@ -68,6 +69,11 @@ JobStatus StatusObserver::snapshot() const {
   s.hangs = summary_.hangs();
   s.heartbeats = watchdog_ ? watchdog_->beats_received() : 0;
   s.console_dropped_lines = sys::Console::stats().dropped_lines;
+  if (memory_) {
+    s.memory_checkpoint_dir = memory_->path();
+    s.memory_checkpoint_limit = memory_->limit();
+    s.memory_checkpoint_bytes = memory_->used_bytes();
+  }
   s.uptime_s = summary_.uptime_s();
 
   size_t running = 0;
@@ -84,9 +90,17 @@ JobStatus StatusObserver::snapshot() const {
         ws.state = "running";
         ++running;
       } else {
-        ws.state = e->second.success() || exit_hung_.count(w.local_rank) ? "succeeded" : "failed";
+        ws.state =
+            e->second.status.success() || exit_hung_.count(w.local_rank) ? "succeeded" : "failed";
       }
-      if (e != exits_.end()) ws.exit = e->second.describe();
+      if (e != exits_.end()) {
+        ws.exit = e->second.status.describe();
+        ws.exit_cause = e->second.cause;
+        ws.peak_rss_bytes = e->second.peak_rss_kb * 1024;
+      } else if (auto m = read_process_memory(w.pid)) {
+        ws.rss_bytes = m->rss_kb * 1024;
+        ws.peak_rss_bytes = m->peak_rss_kb * 1024;
+      }
       if (watchdog_) {
         if (auto beat = watchdog_->last_beat(w.local_rank)) {
           ws.heartbeat_age_s = std::chrono::duration<double>(now - *beat).count();

@@ -15,6 +15,7 @@
 #include "agent/health/http_server.hpp"
 #include "agent/job_status.hpp"
 #include "agent/job_summary.hpp"
+#include "agent/memory_checkpoints.hpp"
 
 namespace ddprun::agent {
 
@@ -28,6 +29,9 @@ class StatusObserver final : public AgentObserver {
   int serve(boost::asio::io_context& io, const std::string& host, int port);
   // Stops serving (before the watchdog goes).
   void stop_serving() { server_.reset(); }
+  // The job's in-memory checkpoints, whose use /status and /metrics show (null: none). It must
+  // outlive this.
+  void set_memory_checkpoints(const MemoryCheckpoints* memory) { memory_ = memory; }
 
   JobStatus snapshot() const;
   HttpResponse respond(std::string_view target) const;
@@ -44,6 +48,7 @@ class StatusObserver final : public AgentObserver {
 
  private:
   std::string job_id_;
+  const MemoryCheckpoints* memory_ = nullptr;
   const JobSummary& summary_;
   const Watchdog* watchdog_;
   std::unique_ptr<HealthServer> server_;
@@ -51,7 +56,7 @@ class StatusObserver final : public AgentObserver {
   WorkerState state_ = WorkerState::kInit;
   RendezvousInfo round_;
   std::vector<StartedWorker> workers_;  // the running attempt's
-  std::map<int, ExitStatus> exits_;     // by local rank
+  std::map<int, ExitedWorker> exits_;   // by local rank
   std::set<int> hung_;                  // local ranks found hung
   std::set<int> exit_hung_;             // stopped after --exit-timeout: their work was done
   // The first cause noted in a round: a hang's description outlives the transition and the

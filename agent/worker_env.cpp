@@ -59,6 +59,11 @@ std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker
   if (!group.endpoints().heartbeat_socket.empty()) {
     set["DDPRUN_HEARTBEAT_SOCKET"] = group.endpoints().heartbeat_socket;
   }
+  if (!group.endpoints().memory_checkpoint_dir.empty()) {
+    set["DDPRUN_MEMORY_CHECKPOINT_DIR"] = group.endpoints().memory_checkpoint_dir;
+    set["DDPRUN_MEMORY_CHECKPOINT_LIMIT"] =
+        std::to_string(group.endpoints().memory_checkpoint_limit);
+  }
   if (!group.endpoints().timer_file.empty()) {
     set["TORCHELASTIC_TIMER_FILE"] = group.endpoints().timer_file;
   }

@@ -26,6 +26,8 @@ struct Worker {
 struct AgentEndpoints {
   std::string heartbeat_socket;
   std::string timer_file;
+  std::string memory_checkpoint_dir;  // with its bound in bytes
+  uint64_t memory_checkpoint_limit = 0;
 };
 
 class WorkerGroup {

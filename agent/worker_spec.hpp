@@ -56,6 +56,23 @@ struct WorkerSpec {
   std::string health_host = "127.0.0.1";
   std::string event_log;  // --event-log: JSON lines; empty: none
 
+  // Warm start (process/zygote.hpp, agent/warm_start.hpp): a Python entrypoint's workers are
+  // forked from a zygote that imported `warm_modules`, once it is ready; before that, and for
+  // anything else, they start cold. `python` says where the script or module sits in the
+  // worker's argv (argv[target]; -m before it for a module); unset: not a Python entrypoint.
+  struct PythonEntry {
+    bool module = false;
+    size_t target = 0;
+  };
+  std::optional<PythonEntry> python;
+  bool warm_start = false;
+  std::vector<std::string> warm_modules;
+
+  // In-memory checkpoints (memory_checkpoints.hpp): their bound, in bytes, or as a percentage
+  // of the node's memory when that is above 0; neither: off.
+  uint64_t memory_checkpoint_bytes = 0;
+  double memory_checkpoint_percent = 0;
+
   // The environment every worker starts from (the launcher's, plus OMP_NUM_THREADS), as
   // "NAME=value" strings; the agent adds torchrun's variables on top.
   std::vector<std::string> base_env;

@@ -1,12 +1,16 @@
 # The Debian package of ddprun (CPack, DEB generator), configured in the static build that
 # scripts/package makes (DDPRUN_STATIC=ON, SDK off): the static ddprun and ddpstore from this
-# build, and the worker SDK (headers, libddprun_sdk.a, find_package(ddprun) files) installed
+# build, the Python workers' `ddprun` module, and the worker SDK (headers, libddprun_sdk.a, find_package(ddprun) files) installed
 # from the worker-sdk/ directory of a build against Debian's LibTorch 1.13, so the SDK is
 # packaged from what that build already compiled.
 include(GNUInstallDirs)
 
 install(TARGETS ddprun ddpstore RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The pure-Python `ddprun` module for Python workers (in-memory checkpoints, heartbeats), where
+# Debian's python3 finds it.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker-sdk/python/ddprun
+  DESTINATION lib/python3/dist-packages FILES_MATCHING PATTERN "*.py")
 
 set(DDPRUN_PACKAGE_SDK_DIR "" CACHE PATH
   "worker-sdk/ directory of a build against Debian's LibTorch whose install joins the package")

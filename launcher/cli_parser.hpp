@@ -2,8 +2,8 @@
 // "--flag=value" and "--flag value", -m, -r, -t, unambiguous prefixes as argparse allows),
 // defaults from PET_<FLAG> (booleans read as integers, set-but-empty as on; empty values
 // are unset), then from a batch scheduler's variables (scheduler_env.hpp), and every check
-// that can be made without looking at the machine. The first non-option argument is the entrypoint; it and
-// everything after it are kept verbatim for the workers.
+// that can be made without looking at the machine. The first non-option argument is the entrypoint;
+// it and everything after it are kept verbatim for the workers.
 #pragma once
 
 #include <functional>

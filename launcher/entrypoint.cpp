@@ -29,6 +29,7 @@ WorkerCommand python_command(const LaunchConfig& c, const GetEnv& getenv) {
   cmd.args.push_back("-u");
   if (c.module) cmd.args.push_back("-m");
   cmd.args.push_back(c.entrypoint);
+  cmd.python = agent::WorkerSpec::PythonEntry{c.module, cmd.args.size()};  // argv[0] comes first
   cmd.args.insert(cmd.args.end(), c.entrypoint_args.begin(), c.entrypoint_args.end());
   cmd.name = c.entrypoint;
   return cmd;

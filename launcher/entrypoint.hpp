@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/worker_spec.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/launch_config.hpp"
 
@@ -20,6 +21,8 @@ struct WorkerCommand {
   std::string argv0;              // as the user named it
   std::vector<std::string> args;  // argv[1..], ${local_rank} not yet substituted
   std::string name;               // title of the failure summary
+  // A Python entrypoint: where the script or module is in argv (see WorkerSpec::python).
+  std::optional<agent::WorkerSpec::PythonEntry> python;
 };
 
 WorkerCommand resolve_entrypoint(const LaunchConfig& config, const GetEnv& getenv);

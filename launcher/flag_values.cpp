@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -222,6 +223,55 @@ void shutdown_timeout(LaunchConfig& c, const FlagValue& v) {
 
 void numa_binding(LaunchConfig& c, const FlagValue& v) {
   c.numa_binding = v.value;
+}
+
+void warm_start(LaunchConfig& c, const FlagValue& v) {
+  if (v.value != "auto" && v.value != "on" && v.value != "off") fail(v, "expected auto, on or off");
+  c.warm_start = v.value;
+}
+
+void warm_start_modules(LaunchConfig& c, const FlagValue& v) {
+  c.warm_modules.clear();
+  for (auto& m : split(v.value, ',')) {
+    if (m.empty()) continue;
+    for (char ch : m) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.') {
+        fail(v, "'" + m + "' is not a module name");
+      }
+    }
+    c.warm_modules.push_back(m);
+  }
+}
+
+// SIZE: bytes with an optional K, M, G or T suffix (powers of 1024), N% of the node's memory, or
+// 0 / off.
+void memory_checkpoints(LaunchConfig& c, const FlagValue& v) {
+  const std::string& s = v.value;
+  c.memory_checkpoints = {};
+  if (s == "off" || s == "0") return;
+  char* end = nullptr;
+  const double n = std::strtod(s.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  if (s.empty() || !std::isfinite(n) || n < 0 || end == s.c_str()) {
+    fail(v, "expected a size (e.g. 8G), a percentage of the node's memory (e.g. 25%) or off");
+  }
+  if (unit == "%") {
+    if (n > 100) fail(v, "a percentage is at most 100");
+    c.memory_checkpoints.percent = n;
+    return;
+  }
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"K", 1024.0},
+                                                          {"M", 1024.0 * 1024},
+                                                          {"G", 1024.0 * 1024 * 1024},
+                                                          {"T", 1024.0 * 1024 * 1024 * 1024}};
+  for (const auto& [suffix, scale] : kUnits) {
+    if (unit == suffix || (*suffix && unit == std::string(suffix) + "B")) {
+      c.memory_checkpoints.bytes = static_cast<uint64_t>(n * scale);
+      return;
+    }
+  }
+  fail(v, "unknown unit '" + unit + "' (K, M, G, T or %)");
 }
 
 void hang_timeout(LaunchConfig& c, const FlagValue& v) {

@@ -40,6 +40,9 @@ void role(LaunchConfig& c, const FlagValue& v);
 void signals_to_handle(LaunchConfig& c, const FlagValue& v);
 void shutdown_timeout(LaunchConfig& c, const FlagValue& v);
 void numa_binding(LaunchConfig& c, const FlagValue& v);
+void warm_start(LaunchConfig& c, const FlagValue& v);
+void warm_start_modules(LaunchConfig& c, const FlagValue& v);
+void memory_checkpoints(LaunchConfig& c, const FlagValue& v);
 
 // Hangs, health and events.
 void hang_timeout(LaunchConfig& c, const FlagValue& v);

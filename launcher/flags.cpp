@@ -166,6 +166,30 @@ const std::vector<Flag>& flag_table() {
        .apply = v::virtual_local_rank,
        .help = "every worker gets LOCAL_RANK=0 and only its own device in CUDA_VISIBLE_DEVICES",
        .group = "workers"},
+      {.name = "warm_start",
+       .metavar = "auto|on|off",
+       .default_value = "auto",
+       .apply = v::warm_start,
+       .help = "fork a Python entrypoint's workers, at every start, from a zygote that has "
+               "imported --warm-start-modules, so a restart skips the imports; auto: on when "
+               "workers may start more than once (--max-restarts above 0, or an elastic "
+               "c10d/etcd job) (README \"Warm start\")",
+       .group = "workers"},
+      {.name = "warm_start_modules",
+       .metavar = "M,...",
+       .default_value = "torch,torch.distributed,torch._dynamo",
+       .apply = v::warm_start_modules,
+       .help = "what the warm-start zygote imports before forking (a missing one is skipped)",
+       .group = "workers"},
+      {.name = "memory_checkpoints",
+       .metavar = "SIZE|N%|off",
+       .default_value = "25%",
+       .apply = v::memory_checkpoints,
+       .help = "bound of the job's in-memory checkpoints: a tmpfs directory private to the job "
+               "that outlives its workers (DDPRUN_MEMORY_CHECKPOINT_DIR), removed when the job "
+               "ends; a size (8G), a share of the node's memory, or off (README \"In-memory "
+               "checkpoints\")",
+       .group = "workers"},
       {.name = "numa_binding",
        .metavar = "MODE",
        .apply = v::numa_binding,

@@ -51,6 +51,15 @@ struct LaunchConfig {
   std::vector<int> signals;       // parsed
   std::chrono::seconds shutdown_timeout{0};
   bool virtual_local_rank = false;
+  std::string warm_start;                 // "auto", "on" or "off" (resolved by the plan)
+  std::vector<std::string> warm_modules;  // imported by the warm-start zygote
+  // --memory-checkpoints: the bound of the job's in-memory checkpoints, in bytes or as a
+  // percentage of the node's memory (resolved by the plan); 0 bytes: off.
+  struct MemoryLimit {
+    uint64_t bytes = 0;
+    double percent = 0;  // used when above 0
+  };
+  MemoryLimit memory_checkpoints{0, 25};
 
   // Hangs, health and events; a zero duration is off.
   Millis hang_timeout{0};

@@ -84,8 +84,9 @@ TEST(LaunchKind, MultiNode) {
 TEST(LaunchKind, ValidationErrors) {
   EXPECT_NE(error_of({"--standalone", "--nnodes=2"}).find("--standalone runs one node"),
             std::string::npos);
-  EXPECT_NE(error_of({"--rdzv_backend=etcd-v2"}).find("--rdzv-backend=etcd-v2 needs --rdzv-endpoint"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of({"--rdzv_backend=etcd-v2"}).find("--rdzv-backend=etcd-v2 needs --rdzv-endpoint"),
+      std::string::npos);
   EXPECT_NE(error_of({"--local_addr=a b"}).find("an address has no spaces"), std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d"}).find("needs --rdzv-endpoint"),
             std::string::npos);

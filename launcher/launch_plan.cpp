@@ -119,6 +119,15 @@ void plan_watching(const LaunchConfig& c, const GetEnv& getenv, agent::WorkerSpe
   s.event_log = c.event_log;
 }
 
+// --warm-start: "auto" is on when a Python entrypoint's workers may start more than once: the
+// job may restart, or the nodes re-form (an elastic backend).
+bool warm_start_wanted(const LaunchConfig& c, const LaunchPlan& plan, const WorkerCommand& cmd) {
+  if (!cmd.python || c.warm_start == "off") return false;
+  if (c.warm_start == "on") return true;
+  return c.max_restarts > 0 ||
+         (plan.multi_node && plan.multi_node->backend != agent::Backend::kStatic);
+}
+
 }  // namespace
 
 LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
@@ -141,6 +150,16 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
   s.argv0 = cmd.argv0;
   s.args = cmd.args;
   s.entrypoint_name = cmd.name;
+  s.python = cmd.python;
+  s.warm_modules = c.warm_modules;
+  s.warm_start = warm_start_wanted(c, plan, cmd);
+  s.memory_checkpoint_bytes = c.memory_checkpoints.bytes;
+  s.memory_checkpoint_percent = c.memory_checkpoints.percent;
+  if (c.warm_start == "on" && !cmd.python) {
+    plan.notices.push_back(
+        "--warm-start=on: the entrypoint is not a Python script or module, so "
+        "its workers start cold");
+  }
   s.role = c.role;
   s.signals_to_handle = c.signals;
   s.signals_to_handle_text = c.signals_to_handle;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,9 +56,14 @@ void close_from(int first) {
   (void)::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
   if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) child_fail("dup2", req.path);
   if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, STDERR_FILENO) < 0) child_fail("dup2", req.path);
-  // Keep the error pipe (close-on-exec) just above stderr, close everything else.
+  // Out of the way of 3 and 4 first: the passed descriptor may be either.
+  const int passed = req.pass_fd >= 0 ? ::fcntl(req.pass_fd, F_DUPFD, 10) : -1;
+  if (req.pass_fd >= 0 && passed < 0) child_fail("fcntl", req.path);
+  // Keep the error pipe (close-on-exec) just above stderr, then the passed descriptor, close
+  // everything else.
   if (::dup3(g_exec_error_fd, 3, O_CLOEXEC) == 3) g_exec_error_fd = 3;
-  close_from(g_exec_error_fd == 3 ? 4 : 3);
+  if (passed >= 0 && ::dup2(passed, 4) != 4) child_fail("dup2", req.path);
+  close_from(passed >= 0 ? 5 : g_exec_error_fd == 3 ? 4 : 3);
   sys::restore_fd_limit_in_child();  // the agent's store raised it for itself, not for workers
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
   ::execve(req.path, req.argv, req.envp);
@@ -110,16 +116,28 @@ ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
   return ChildProcess(pid, sys::UniqueFd(fd), std::move(exec_error.read));
 }
 
+ChildProcess ChildProcess::adopt(pid_t pid, sys::UniqueFd pidfd, ChildReaper* reaper) {
+  ChildProcess child(pid, std::move(pidfd), sys::UniqueFd());
+  child.reaper_ = reaper;
+  return child;
+}
+
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::move(other.pidfd_)),
       exec_error_(std::move(other.exec_error_)),
-      reaped_(std::exchange(other.reaped_, true)) {}
+      reaped_(std::exchange(other.reaped_, true)),
+      reaper_(other.reaper_) {}
 
 ChildProcess::~ChildProcess() {
   if (pid_ <= 0 || reaped_) return;
   ::kill(-pid_, SIGKILL);
   ::kill(pid_, SIGKILL);  // in case it had not yet become a group leader
+  if (reaper_) {
+    uint64_t peak_rss_kb = 0;
+    reaper_->reap(pid_, peak_rss_kb);
+    return;
+  }
   while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
 }
@@ -130,14 +148,21 @@ void ChildProcess::signal_group(int sig) const {
 }
 
 ExitStatus ChildProcess::reap() {
+  if (reaper_) {
+    reaped_ = true;
+    return reaper_->reap(pid_, peak_rss_kb_);
+  }
   siginfo_t info{};
   // Peek first: the zombie keeps the group id reserved while we kill the rest of the group.
   while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
   }
   ::kill(-pid_, SIGKILL);
-  while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED) < 0 && errno == EINTR) {
+  struct rusage usage {};
+  int wstatus = 0;
+  while (::wait4(pid_, &wstatus, 0, &usage) < 0 && errno == EINTR) {
   }
   reaped_ = true;
+  peak_rss_kb_ = static_cast<uint64_t>(usage.ru_maxrss);
   int err = 0;
   if (exec_error_ && ::read(exec_error_.get(), &err, sizeof err) == sizeof err) {
     return ExitStatus::exec_failed(err);

@@ -1,4 +1,5 @@
-// ChildProcess: one worker process and its process group, spawned with fork+exec.
+// ChildProcess: one worker process and its process group, spawned with fork+exec (or adopted:
+// forked by the warm-start zygote, which reaps it and reports its exit status).
 //
 // The child runs only async-signal-safe calls between fork and execve: it resets the signals
 // the agent handles or ignores, starts a new session (so it leads its own process group and,
@@ -29,6 +30,18 @@ struct SpawnRequest {
   int stderr_fd = -1;           // dup2'd onto 2 when >= 0, else inherited
   // Signals whose disposition the agent changed (handled or ignored): back to SIG_DFL.
   std::vector<int> reset_signals;
+  int pass_fd = -1;  // when >= 0: the child gets it as descriptor 4 (e.g. a control socket)
+};
+
+// Who reaps a process the agent did not fork itself (a worker forked by the warm-start
+// zygote, zygote.hpp): waits for its exit status, after killing what is left of its group.
+class ChildReaper {
+ public:
+  // The exit status of `pid`, and its peak resident set (KiB, 0 when unknown).
+  virtual ExitStatus reap(pid_t pid, uint64_t& peak_rss_kb) = 0;
+
+ protected:
+  ~ChildReaper() = default;
 };
 
 class ChildProcess {
@@ -36,6 +49,9 @@ class ChildProcess {
   // Forks and execs; throws std::system_error if fork or pidfd_open fails. A failing execve
   // is reported by the child on its stderr and, through a close-on-exec pipe, to reap().
   static ChildProcess spawn(const SpawnRequest& request);
+  // A process another one forked (it leads its own process group): `pidfd` is its pidfd,
+  // `reaper` (which must outlive it) reports its exit status.
+  static ChildProcess adopt(pid_t pid, sys::UniqueFd pidfd, ChildReaper* reaper);
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&&) = delete;
@@ -54,6 +70,8 @@ class ChildProcess {
   // (so its pid, which is the group id, cannot be reused), SIGKILLs whatever is left in its
   // process group — grandchildren such as DataLoader workers — then reaps it.
   ExitStatus reap();
+  // Its peak resident set in KiB (its rusage), once reaped; 0 when unknown.
+  uint64_t peak_rss_kb() const { return peak_rss_kb_; }
 
  private:
   ChildProcess(pid_t pid, sys::UniqueFd pidfd, sys::UniqueFd exec_error)
@@ -62,6 +80,8 @@ class ChildProcess {
   sys::UniqueFd pidfd_;
   sys::UniqueFd exec_error_;  // read end: the child's errno if its execve failed
   bool reaped_ = false;
+  uint64_t peak_rss_kb_ = 0;
+  ChildReaper* reaper_ = nullptr;  // adopted: not our child
 };
 
 }  // namespace ddprun::agent

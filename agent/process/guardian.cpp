@@ -8,16 +8,20 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
 
-#include "store/sys/log.hpp"
 #include "store/sys/fd.hpp"
+#include "store/sys/log.hpp"
 
 namespace ddprun::agent {
 namespace {
+
+constexpr int32_t kRemoveRecord = INT32_MIN;  // no process group id is that
 
 // The guardian's whole life. Single-threaded copy of ddprun taken before any thread existed,
 // so ordinary library calls are fine here.
@@ -37,10 +41,11 @@ namespace {
   if (read_fd != 3) ::dup2(read_fd, 3);
   ::syscall(SYS_close_range, 4, ~0U, 0);
 
-  // Records: int32 > 0 watches a process group, < 0 unwatches it; 0 is followed by an int32
-  // length and that many bytes: the exit request.
+  // Records: int32 > 0 watches a process group, < 0 unwatches it; 0 and kRemoveRecord are
+  // followed by an int32 length and that many bytes: the exit request, the directory to remove.
   std::vector<pid_t> groups;
   std::string exit_request;
+  std::string remove_dir;
   std::string in;
   char buf[4096];
   for (;;) {
@@ -53,12 +58,13 @@ namespace {
       int32_t r;
       if (in.size() - at < sizeof r) break;
       std::memcpy(&r, in.data() + at, sizeof r);
-      if (r == 0) {
+      if (r == 0 || r == kRemoveRecord) {
         int32_t len;
         if (in.size() - at < 2 * sizeof r) break;
         std::memcpy(&len, in.data() + at + sizeof r, sizeof len);
         if (len < 0 || in.size() - at - 2 * sizeof r < static_cast<size_t>(len)) break;
-        exit_request.assign(in, at + 2 * sizeof r, static_cast<size_t>(len));
+        (r == 0 ? exit_request : remove_dir)
+            .assign(in, at + 2 * sizeof r, static_cast<size_t>(len));
         at += 2 * sizeof r + static_cast<size_t>(len);
         continue;
       }
@@ -76,6 +82,10 @@ namespace {
   // which would count as a worker failure and spend a restart.
   if (action && !exit_request.empty()) action(exit_request, std::chrono::seconds(1));
   for (pid_t g : groups) ::kill(-g, SIGKILL);
+  if (!remove_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(remove_dir, ignored);
+  }
   ::_exit(0);
 }
 
@@ -132,10 +142,19 @@ void Guardian::unwatch(pid_t pgid) {
 }
 
 void Guardian::set_exit_request(const std::string& request) {
+  send_text(0, request);
+}
+
+void Guardian::remove_at_exit(const std::string& directory) {
+  send_text(kRemoveRecord, directory);
+}
+
+void Guardian::send_text(int32_t kind, const std::string& text) {
   std::string record(2 * sizeof(int32_t), '\0');
-  const int32_t len = static_cast<int32_t>(request.size());
+  const int32_t len = static_cast<int32_t>(text.size());
+  std::memcpy(record.data(), &kind, sizeof kind);
   std::memcpy(record.data() + sizeof(int32_t), &len, sizeof len);
-  record += request;
+  record += text;
   send_bytes(record.data(), record.size());
 }
 

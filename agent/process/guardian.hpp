@@ -10,8 +10,11 @@
 // signal, so neither a terminal's Ctrl-C nor a kill of ddprun's process group reaches it.
 //
 // The guardian also holds one "last request" (set_exit_request): text it hands to the exit
-// action given at start when ddprun is gone, before it kills the groups (bounded by 1 s). The etcd rendezvous
-// uses it to revoke the agent's lease, so the other nodes notice a killed agent at once.
+// action given at start when ddprun is gone, before it kills the groups (bounded by 1 s). The etcd
+// rendezvous uses it to revoke the agent's lease, so the other nodes notice a killed agent at once.
+//
+// And it removes one directory tree when ddprun is gone (remove_at_exit): the job's in-memory
+// checkpoints, which would otherwise hold memory until the next reboot.
 //
 // Single-threaded: call from the agent's thread.
 #pragma once
@@ -41,6 +44,9 @@ class Guardian {
   void unwatch(pid_t pgid);  // ...and has been killed and reaped
   // Replaces the exit request ("" = none).
   void set_exit_request(const std::string& request);
+  // Replaces the directory removed (recursively, after the groups are killed) once ddprun is
+  // gone ("" = none).
+  void remove_at_exit(const std::string& directory);
 
   pid_t pid() const { return pid_; }
 
@@ -48,6 +54,7 @@ class Guardian {
   Guardian(pid_t pid, sys::UniqueFd pipe) : pid_(pid), pipe_(std::move(pipe)) {}
   void send(int32_t record);
   void send_bytes(const char* data, size_t size);
+  void send_text(int32_t kind, const std::string& text);
 
   pid_t pid_;
   sys::UniqueFd pipe_;

@@ -1,6 +1,7 @@
 #include "agent/process/process_context.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 
 #include <chrono>
 #include <system_error>
@@ -19,6 +20,7 @@ struct ProcessContext::Slot {
   std::shared_ptr<StreamPump> out_pump;
   std::shared_ptr<StreamPump> err_pump;
   std::optional<WorkerExit> exit;
+  std::string sigkill_why;  // ddprun sent it SIGKILL, for this reason
 };
 
 namespace {
@@ -75,8 +77,9 @@ int64_t unix_now() {
 
 }  // namespace
 
-ProcessContext::ProcessContext(asio::io_context& io, Guardian* guardian, ExitCallback on_exit)
-    : io_(io), guardian_(guardian), on_exit_(std::move(on_exit)) {}
+ProcessContext::ProcessContext(asio::io_context& io, Guardian* guardian, ExitCallback on_exit,
+                               KillCauses* causes)
+    : io_(io), guardian_(guardian), on_exit_(std::move(on_exit)), causes_(causes) {}
 
 ProcessContext::~ProcessContext() {
   for (auto& slot : slots_) {
@@ -91,7 +94,7 @@ ProcessContext::~ProcessContext() {
 }
 
 void ProcessContext::start(const std::string& program, std::vector<WorkerLaunch> launches,
-                           const std::vector<int>& reset_signals) {
+                           const std::vector<int>& reset_signals, const WarmSpawn& warm) {
   for (auto& launch : launches) {
     auto slot = std::make_unique<Slot>();
     slot->launch = std::move(launch);
@@ -106,8 +109,18 @@ void ProcessContext::start(const std::string& program, std::vector<WorkerLaunch>
     req.stdout_fd = out.child_end.get();
     req.stderr_fd = err.child_end.get();
     req.reset_signals = reset_signals;
-    slot->child.emplace(ChildProcess::spawn(req));
+    if (warm) {
+      if (auto child = warm(slot->launch, req.stdout_fd, req.stderr_fd)) {
+        slot->child.emplace(std::move(*child));
+      }
+    }
+    if (slot->child) {
+      ++warm_started_;
+    } else {
+      slot->child.emplace(ChildProcess::spawn(req));
+    }
     if (guardian_) guardian_->watch(slot->child->pid());
+    if (causes_) causes_->started(slot->child->pid());
     slot->pidfd =
         std::make_unique<asio::posix::stream_descriptor>(io_, slot->child->take_pidfd().release());
     slot->out_pump = std::move(out.pump);
@@ -137,13 +150,23 @@ void ProcessContext::on_exit(size_t index) {
   if (slot.err_pump) slot.err_pump->finish();
   boost::system::error_code ignored;
   slot.pidfd->close(ignored);
-  slot.exit = WorkerExit{status, unix_now(), ++sequence_};
+  slot.exit = WorkerExit{status, unix_now(), ++sequence_, slot.child->peak_rss_kb(), {}};
+  if (causes_) {
+    if (status.kind == ExitStatus::Kind::kSignaled && status.value == SIGKILL) {
+      slot.exit->cause = causes_->explain(pid, slot.sigkill_why, slot.exit->peak_rss_kb);
+    }
+    causes_->forget(pid);
+  }
   if (on_exit_) on_exit_(slot.launch.local_rank);
 }
 
-void ProcessContext::signal_all(int sig) {
+void ProcessContext::signal_all(int sig, const std::string& why) {
   for (auto& slot : slots_) {
-    if (slot->child && !slot->child->reaped()) slot->child->signal_group(sig);
+    if (!slot->child || slot->child->reaped()) continue;
+    if (sig == SIGKILL && slot->sigkill_why.empty()) {
+      slot->sigkill_why = why.empty() ? "as it stopped the workers" : why;
+    }
+    slot->child->signal_group(sig);
   }
 }
 

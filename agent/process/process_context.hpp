@@ -4,7 +4,8 @@
 // through the worker's pidfd (asio stream_descriptor async_wait: no polling, no SIGCHLD).
 //
 // On an exit it kills what is left of the worker's process group, reaps the worker, drains
-// its streams, records the exit and calls the exit callback.
+// its streams, records the exit (with the worker's peak RSS, and for a SIGKILL who sent it:
+// kill_cause.hpp) and calls the exit callback.
 //
 // Threads: construct, call and destroy on the io_context's thread. Destroying a context
 // SIGKILLs and reaps any worker still running.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "agent/process/child_process.hpp"
+#include "agent/process/kill_cause.hpp"
 #include "agent/process/stream_pump.hpp"
 #include "store/sys/fd.hpp"
 
@@ -49,27 +51,41 @@ struct WorkerLaunch {
 
 struct WorkerExit {
   ExitStatus status;
-  int64_t unix_time = 0;  // when ddprun saw it (seconds)
-  uint64_t sequence = 0;  // order of observation across the attempt
+  int64_t unix_time = 0;     // when ddprun saw it (seconds)
+  uint64_t sequence = 0;     // order of observation across the attempt
+  uint64_t peak_rss_kb = 0;  // its peak resident set (0: unknown)
+  std::string cause;         // a SIGKILL's sender: "killed by the kernel's OOM killer (...)"
 };
 
 class ProcessContext {
  public:
   using ExitCallback = std::function<void(int local_rank)>;
 
-  // `guardian` may be null (unit tests).
-  ProcessContext(boost::asio::io_context& io, Guardian* guardian, ExitCallback on_exit);
+  // `guardian` and `causes` (which explains SIGKILLs) may be null (unit tests); both must
+  // outlive the context.
+  ProcessContext(boost::asio::io_context& io, Guardian* guardian, ExitCallback on_exit,
+                 KillCauses* causes = nullptr);
   ~ProcessContext();
   ProcessContext(const ProcessContext&) = delete;
   ProcessContext& operator=(const ProcessContext&) = delete;
 
-  // Spawns one process per launch, in order. Throws std::system_error (log file, pipe, fork):
-  // the workers already started are killed and reaped by the destructor.
-  void start(const std::string& program, std::vector<WorkerLaunch> launches,
-             const std::vector<int>& reset_signals);
+  // Another way to start a worker than fork+exec of `program` (the warm-start zygote): given
+  // the launch and its stdout/stderr descriptors (-1: inherit), the process, or nullopt to
+  // start it cold.
+  using WarmSpawn = std::function<std::optional<ChildProcess>(const WorkerLaunch& launch,
+                                                              int stdout_fd, int stderr_fd)>;
 
-  // Sends `sig` to the process group of every worker not yet reaped.
-  void signal_all(int sig);
+  // Spawns one process per launch, in order (through `warm` first, when given). Throws
+  // std::system_error (log file, pipe, fork): the workers already started are killed and
+  // reaped by the destructor.
+  void start(const std::string& program, std::vector<WorkerLaunch> launches,
+             const std::vector<int>& reset_signals, const WarmSpawn& warm = {});
+  // How many of the running attempt's workers were started warm.
+  size_t warm_started() const { return warm_started_; }
+
+  // Sends `sig` to the process group of every worker not yet reaped. A SIGKILL's `why` ("after
+  // the stop grace expired") is what the exit's cause will say ddprun sent it for.
+  void signal_all(int sig, const std::string& why = "");
 
   size_t size() const { return slots_.size(); }
   size_t running() const;
@@ -86,8 +102,10 @@ class ProcessContext {
   boost::asio::io_context& io_;
   Guardian* guardian_;
   ExitCallback on_exit_;
+  KillCauses* causes_;
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t sequence_ = 0;
+  size_t warm_started_ = 0;
   std::shared_ptr<char> alive_ = std::make_shared<char>();  // guards late handlers
 };
 

@@ -7,12 +7,17 @@
 // DistributedDataParallel averages gradients; rank 0 logs the loss and writes checkpoints, and a
 // restarted job (ddprun --max_restarts) resumes from the last one with the same data order. The
 // final line, `final params checksum: <sum of all parameters>`, does not depend on the world size.
+#include <fcntl.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include "ddprun/ddp.hpp"
 #include "examples/train/data.hpp"
@@ -28,6 +33,51 @@ ddprun::GradCompression compression_of(const std::string& name) {
   return ddprun::GradCompression::kNone;
 }
 
+double wall_seconds() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count() / 1e6;
+}
+
+// --timeline FILE: one JSON line per phase, {"attempt", "rank", "pid", "phase", "t"[, "step"]},
+// as tests/bench/recovery_worker.py writes them. The file is opened with O_APPEND and every line
+// is a single write(), so the ranks' lines never interleave. Without --timeline, does nothing.
+class Timeline {
+ public:
+  explicit Timeline(const std::string& path) {
+    if (path.empty()) return;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw ddprun::Error("--timeline " + path + ": cannot open");
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    const char* rank = std::getenv("RANK");
+    attempt_ = attempt ? std::atoi(attempt) : 0;
+    rank_ = rank ? std::atoi(rank) : 0;
+  }
+  ~Timeline() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  void mark(const char* phase, int64_t step = -1, double t = wall_seconds()) const {
+    if (fd_ < 0) return;
+    char line[256];
+    int n = std::snprintf(line, sizeof line,
+                          "{\"attempt\": %d, \"rank\": %d, \"pid\": %d, \"phase\": \"%s\", "
+                          "\"t\": %.6f",
+                          attempt_, rank_, static_cast<int>(::getpid()), phase, t);
+    if (step >= 0)
+      n += std::snprintf(line + n, sizeof line - n, ", \"step\": %lld",
+                         static_cast<long long>(step));
+    n += std::snprintf(line + n, sizeof line - n, "}\n");
+    if (::write(fd_, line, n) != n) std::perror("train: --timeline write");
+  }
+
+ private:
+  int fd_ = -1;
+  int attempt_ = 0;
+  int rank_ = 0;
+};
+
 double checksum(torch::nn::Module& model) {
   double sum = 0;
   for (const auto& p : model.parameters())
@@ -35,13 +85,14 @@ double checksum(torch::nn::Module& model) {
   return sum;
 }
 
-int run(const Options& opt) {
+int run(const Options& opt, const Timeline& timeline) {
   ddprun::InitOptions init;
   init.backend = ddprun::parse_backend(opt.backend);
   if (opt.device == "cpu" && init.backend == ddprun::Backend::kAuto) {
     init.backend = ddprun::Backend::kGloo;
   }
   auto pg = ddprun::init_process_group(init);
+  timeline.mark("pg_ready");
   const int rank = pg->rank(), world = pg->size();
   torch::Device device = pg->device();
   if (opt.device == "cuda" && !device.is_cuda()) {
@@ -69,17 +120,26 @@ int run(const Options& opt) {
                                                     {"seed", static_cast<int64_t>(opt.seed)}};
   const std::string checkpoint_file =
       opt.checkpoint.empty() ? "" : opt.checkpoint + "/checkpoint.pt";
-  if (!opt.checkpoint.empty()) {
-    if (auto saved = ddprun::load_checkpoint(*pg, checkpoint_file, *model, optimizer)) {
-      if (saved->extra != run_settings) {
-        throw ddprun::Error("checkpoint " + checkpoint_file + " was written with --global-batch " +
-                            std::to_string(saved->extra["global_batch"]) + " --seed " +
-                            std::to_string(saved->extra["seed"]) +
-                            "; this run would change the data order");
-      }
-      start = saved->step;
-    }
+  // The job's in-memory checkpoint (under ddprun) holds the last step; the file, an older one.
+  const std::optional<std::string> memory =
+      opt.memory_every > 0 ? ddprun::memory_checkpoint_path() : std::nullopt;
+  std::optional<ddprun::TrainingProgress> saved;
+  std::string resumed_from;
+  for (const std::string& source : {memory.value_or(""), checkpoint_file}) {
+    if (saved || source.empty()) continue;
+    saved = ddprun::load_checkpoint(*pg, source, *model, optimizer);
+    resumed_from = source;
   }
+  if (saved) {
+    if (saved->extra != run_settings) {
+      throw ddprun::Error("checkpoint " + resumed_from + " was written with --global-batch " +
+                          std::to_string(saved->extra["global_batch"]) + " --seed " +
+                          std::to_string(saved->extra["seed"]) +
+                          "; this run would change the data order");
+    }
+    start = saved->step;
+  }
+  timeline.mark("restored", start);
   ddprun::DdpOptions ddp_options;
   ddp_options.compression = compression_of(opt.compression);
   ddprun::DistributedDataParallel ddp(model, pg, ddp_options);
@@ -88,8 +148,9 @@ int run(const Options& opt) {
               << " (gradients: " << ddp.transport() << "), device " << device << ", "
               << opt.dataset_size << " samples, global batch " << opt.global_batch << " ("
               << local_batch << " per rank), "
-              << (start > 0 ? "resuming at step " + std::to_string(start)
-                            : std::string("starting at step 0"))
+              << (saved ? "resuming at step " + std::to_string(start) + " from " +
+                              (resumed_from == checkpoint_file ? "the checkpoint file" : "memory")
+                        : std::string("starting at step 0"))
               << ", restart " << pg->env().restart_count << std::endl;
   }
   BatchStream stream(data, world, rank, opt.seed, local_batch);
@@ -98,6 +159,7 @@ int run(const Options& opt) {
     if (step == opt.kill_step && rank == opt.kill_rank && pg->env().restart_count == 0) {
       std::cerr << "[train] rank " << rank << ": --kill-rank-at-step: SIGKILL at step " << step
                 << std::endl;
+      timeline.mark("fault", step);
       std::raise(SIGKILL);
     }
     auto idx = torch::tensor(stream.indices(step), torch::kLong);
@@ -109,6 +171,7 @@ int run(const Options& opt) {
     optimizer.step();
 
     const int64_t done = step + 1;
+    if (step == start) timeline.mark("step", done);  // the first step of this attempt
     if (done % opt.log_every == 0 || done == opt.steps) {
       auto global = loss.detach().reshape({1}).clone();
       pg->all_reduce(global, ddprun::ReduceOp::kAvg);
@@ -117,6 +180,9 @@ int run(const Options& opt) {
                   << std::setprecision(6) << global.item<double>() << std::defaultfloat
                   << std::endl;
       }
+    }
+    if (memory && rank == 0 && done % opt.memory_every == 0 && done < opt.steps) {
+      ddprun::save_checkpoint(*memory, {0, done, run_settings}, *model, optimizer);
     }
     if (!opt.checkpoint.empty() && rank == 0 && done % opt.checkpoint_every == 0 &&
         done < opt.steps) {
@@ -128,6 +194,7 @@ int run(const Options& opt) {
   if (rank == 0) {
     std::cout << "final params checksum: " << std::setprecision(12) << sum << std::endl;
   }
+  timeline.mark("done", opt.steps);
   return 0;
 }
 
@@ -135,6 +202,7 @@ int run(const Options& opt) {
 }  // namespace train
 
 int main(int argc, char** argv) {
+  const double started = train::wall_seconds();  // the timeline's "script" phase
   train::Options opt;
   try {
     opt = train::parse_options(argc, argv);
@@ -148,7 +216,9 @@ int main(int argc, char** argv) {
   }
   return ddprun::record([&] {
     try {
-      return train::run(opt);
+      const train::Timeline timeline(opt.timeline);
+      timeline.mark("script", -1, started);
+      return train::run(opt, timeline);
     } catch (const train::UsageError& e) {
       std::cerr << "train: " << e.what() << "\n";
       return 2;

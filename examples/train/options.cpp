@@ -7,10 +7,11 @@ namespace train {
 
 const char* const kUsage =
     "usage: train --steps N --global-batch B [--seed S] [--checkpoint DIR]\n"
-    "             [--checkpoint-every K] [--log-every K] [--lr F] [--dataset-size N]\n"
+    "             [--checkpoint-every K] [--memory-every K] [--log-every K] [--lr F]\n"
+    "             [--dataset-size N]\n"
     "             [--features D] [--hidden H] [--classes C] [--backend auto|gloo|nccl]\n"
     "             [--device auto|cpu|cuda] [--compression none|fp16|bf16]\n"
-    "             [--kill-rank-at-step RANK:STEP]\n"
+    "             [--kill-rank-at-step RANK:STEP] [--timeline FILE]\n"
     "Trains an MLP classifier on a seeded synthetic dataset with ddprun's C++\n"
     "DistributedDataParallel; start it with ddprun (or torchrun) --no-python.\n";
 
@@ -88,6 +89,8 @@ Options parse_options(int argc, const char* const* argv) {
       o.checkpoint = value;
     } else if (arg == "--checkpoint-every") {
       o.checkpoint_every = parse_number<int64_t>(arg, value, 1);
+    } else if (arg == "--memory-every") {
+      o.memory_every = parse_number<int64_t>(arg, value, 0);
     } else if (arg == "--log-every") {
       o.log_every = parse_number<int64_t>(arg, value, 1);
     } else if (arg == "--lr") {
@@ -111,6 +114,9 @@ Options parse_options(int argc, const char* const* argv) {
       if (colon == std::string::npos) throw UsageError(arg + ": expected RANK:STEP");
       o.kill_rank = parse_number<int>(arg, std::string_view(value).substr(0, colon), 0);
       o.kill_step = parse_number<int64_t>(arg, std::string_view(value).substr(colon + 1), 0);
+    } else if (arg == "--timeline") {
+      if (value.empty()) throw UsageError("--timeline needs a file");
+      o.timeline = value;
     } else {
       throw UsageError("unknown argument " + arg);
     }

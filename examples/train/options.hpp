@@ -17,6 +17,9 @@ struct Options {
   uint64_t seed = 0;         // --seed S: data, initial weights, shuffling
   std::string checkpoint;    // --checkpoint DIR: rank 0 writes DIR/checkpoint.pt; resume from it
   int64_t checkpoint_every = 20;
+  // --memory-every K: under ddprun, rank 0 also saves to the job's in-memory checkpoint every
+  // K steps (0: never), and a restart resumes from it before the file.
+  int64_t memory_every = 1;
   int64_t log_every = 20;
   double lr = 0.05;
   int64_t dataset_size = 65536;
@@ -29,6 +32,9 @@ struct Options {
   // Fault injection for tests: SIGKILL rank R at the start of step S, first attempt only.
   int kill_rank = -1;
   int64_t kill_step = -1;
+  // --timeline FILE: append one JSON line per phase (script, pg_ready, restored, step, fault,
+  // done) with the wall-clock time, for tests/bench/recovery.
+  std::string timeline;
   bool help = false;
 };
 

@@ -64,7 +64,9 @@ def test_worker_killed_by_a_signal(ddprun, tmp_path):
     assert re.search(r"  exitcode  : -9 \(pid: (\d+)\)", r.stderr)
     pid = re.search(r"  exitcode  : -9 \(pid: (\d+)\)", r.stderr).group(1)
     assert f"Signal 9 (SIGKILL) received by PID {pid}" in r.stderr
-    assert "was killed by SIGKILL (exitcode -9)" in r.stderr
+    assert "was killed by SIGKILL (exitcode -9): killed by SIGKILL from outside ddprun" in r.stderr
+    assert re.search(r"  cause     : killed by SIGKILL from outside ddprun", r.stderr)
+    assert re.search(r"  peak rss  : [\d.]+ MiB", r.stderr)
 
 
 def start_signal_workers(ddprun, tmp_path, *extra, nproc=2, flags=()):

@@ -110,7 +110,9 @@ def test_two_c10d_nodes_match_torchrun_2(cluster, torchrun2, torch2_python, tmp_
     ours = job([cluster.ddprun], "d2")
     for rank in range(4):
         a, b = ours[rank], theirs[rank]
-        assert set(a) == set(b) | {"NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_HEARTBEAT_SOCKET"}, \
+        assert set(a) == set(b) | {"NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_HEARTBEAT_SOCKET",
+                                   "DDPRUN_MEMORY_CHECKPOINT_DIR",
+                                   "DDPRUN_MEMORY_CHECKPOINT_LIMIT"}, \
             set(a) ^ set(b)
         for k in b:
             if k in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):

@@ -11,7 +11,8 @@ import pytest
 from mn_helpers import (EXAMPLES, TORCH1_PYTHON, Cluster, Proc, clean_env, free_port, worker)
 
 ONLY_TORCH2 = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
-               "DDPRUN_HEARTBEAT_SOCKET"}
+               "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_MEMORY_CHECKPOINT_DIR",
+               "DDPRUN_MEMORY_CHECKPOINT_LIMIT"}
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import SOURCE_DIR, TORCH2_PYTHON
+from conftest import SOURCE_DIR, TORCH1_PYTHON, TORCH2_PYTHON
 
 sys.path.insert(0, str(SOURCE_DIR / "tests" / "store"))
 from store_helpers import V1, Conn, i64, op, s  # noqa: E402
@@ -152,6 +152,15 @@ def test_wheel_puts_ddprun_on_a_fresh_venv_path_and_runs_torch2_workers(dist, tm
                         str(SOURCE_DIR / "examples" / "python" / "ddp_gloo.py"), "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    # The workers' module came with it: a save to the job's memory and a load.
+    saver = tmp_path / "saver.py"
+    saver.write_text("import ddprun, torch\n"
+                     "assert ddprun.save_checkpoint({'w': torch.ones(3)}, 'c')\n"
+                     "print('module', ddprun.__file__, float(ddprun.load_checkpoint('c')['w'].sum()))\n")
+    r = subprocess.run(["ddprun", "--standalone", "--nproc-per-node", "1", str(saver)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"module {venv}" in r.stdout and r.stdout.strip().endswith(" 3.0"), r.stdout
     report = json.loads(out.read_text())
     assert report["world_size"] == 2 and report["rank_sum"] == 3.0
     assert report["torch"].startswith("2.")
@@ -170,7 +179,9 @@ def test_deb_unpacks_and_builds_a_find_package_project(dist, tmp_path):
     listing = run(["dpkg-deb", "-c", deb]).stdout
     for path in ("./usr/bin/ddprun", "./usr/bin/ddpstore", "./usr/include/ddprun/ddp.hpp",
                  "./usr/lib/libddprun_sdk.a", "./usr/lib/cmake/ddprun/ddprunConfig.cmake",
-                 "./usr/lib/cmake/ddprun/ddprunTargets.cmake"):
+                 "./usr/lib/cmake/ddprun/ddprunTargets.cmake",
+                 "./usr/lib/python3/dist-packages/ddprun/__init__.py",
+                 "./usr/lib/python3/dist-packages/ddprun/checkpoint.py"):
         assert re.search(rf"^-rw\S+ .* {re.escape(path)}$", listing, re.M) or \
             re.search(rf"^-rwx\S+ .* {re.escape(path)}$", listing, re.M), path
 
@@ -178,6 +189,10 @@ def test_deb_unpacks_and_builds_a_find_package_project(dist, tmp_path):
     run(["dpkg-deb", "-x", deb, root])
     ddprun = root / "usr" / "bin" / "ddprun"
     assert VERSION in run([ddprun, "--version"]).stdout
+    site = root / "usr" / "lib" / "python3" / "dist-packages"
+    r = run([TORCH1_PYTHON, "-c", "import ddprun; print(ddprun.__file__, ddprun.load_checkpoint())"],
+            env={**os.environ, "PYTHONPATH": str(site)})
+    assert r.stdout.split() == [str(site / "ddprun" / "__init__.py"), "None"], r.stdout
     build = tmp_path / "build"
     run(["cmake", "-S", SOURCE_DIR / "tests" / "sdk" / "consumer", "-B", build, "-G", "Ninja",
          "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PREFIX_PATH={root / 'usr'}"])

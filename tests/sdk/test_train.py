@@ -1,5 +1,6 @@
 """The `train` example end to end under the launcher: the same parameters whatever the world
 size, and a run whose worker is SIGKILLed resumes from its checkpoint to the same result."""
+import re
 import subprocess
 
 import pytest
@@ -32,16 +33,32 @@ def test_world_sizes_agree(world2, launcher):
 def test_sigkilled_worker_resumes_from_checkpoint(world2, launcher, tmp_path):
     ckpt = tmp_path / "ckpt"
     result = launcher.run(2, [sdk_bin("train"), *ARGS, "--checkpoint", str(ckpt),
-                              "--checkpoint-every", "20", "--kill-rank-at-step", "1:30"],
+                              "--checkpoint-every", "20", "--memory-every", "0",
+                              "--kill-rank-at-step", "1:30"],
                           max_restarts=1)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "SIGKILL at step 30" in out
     assert "checkpoint at step 20" in out
-    assert "resuming at step 20" in out
+    assert "resuming at step 20 from the checkpoint file" in out
     assert checksum_of(result.stdout) == pytest.approx(checksum_of(world2), rel=1e-4)
     assert (ckpt / "checkpoint.pt").is_file()
     assert not list(ckpt.glob("*.tmp.*")), "a temp checkpoint was left behind"
+
+
+def test_under_ddprun_a_restart_resumes_from_memory(world2, launcher, tmp_path):
+    if launcher.name != "ddprun":
+        pytest.skip("in-memory checkpoints come from ddprun")
+    ckpt = tmp_path / "ckpt"
+    result = launcher.run(2, [sdk_bin("train"), *ARGS, "--checkpoint", str(ckpt),
+                              "--checkpoint-every", "20", "--kill-rank-at-step", "1:30"],
+                          max_restarts=1)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "SIGKILL at step 30" in out
+    # Rank 0 saved to memory after step 29, unless it was still writing when it was stopped.
+    assert re.search(r"resuming at step (29|30) from memory", out), out
+    assert checksum_of(result.stdout) == pytest.approx(checksum_of(world2), rel=1e-4)
 
 
 def test_bad_command_line_exits_2():

@@ -1,15 +1,16 @@
 #include "ddprun/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 namespace ddprun {
 namespace {
@@ -74,6 +75,35 @@ void remove_stale_temps(const fs::path& target) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
     if (entry.path().filename().string().rfind(prefix, 0) == 0) fs::remove(entry.path(), ec);
+  }
+}
+
+// The job's in-memory checkpoint directory and its bound (0: none), from ddprun's environment.
+std::optional<std::pair<fs::path, uint64_t>> memory_dir() {
+  const char* dir = std::getenv("DDPRUN_MEMORY_CHECKPOINT_DIR");
+  std::error_code ec;
+  if (!dir || !*dir || !fs::is_directory(dir, ec)) return std::nullopt;
+  const char* limit = std::getenv("DDPRUN_MEMORY_CHECKPOINT_LIMIT");
+  return std::make_pair(fs::path(dir), limit ? std::strtoull(limit, nullptr, 10) : 0);
+}
+
+// A save into the memory directory that would pass its bound: refused before anything changed.
+void check_memory_bound(const fs::path& target, size_t bytes) {
+  auto memory = memory_dir();
+  if (!memory || memory->second == 0 || target.parent_path() != fs::absolute(memory->first)) {
+    return;
+  }
+  uint64_t used = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(memory->first, ec)) {
+    if (entry.path() != target && entry.is_regular_file(ec)) used += entry.file_size(ec);
+  }
+  if (used + bytes > memory->second) {
+    fail(target, "this save (" + std::to_string(bytes >> 20) +
+                     " MiB) would pass the job's "
+                     "in-memory bound of " +
+                     std::to_string(memory->second >> 20) + " MiB (" + std::to_string(used >> 20) +
+                     " MiB in use); raise ddprun --memory-checkpoints");
   }
 }
 
@@ -163,6 +193,7 @@ void save_checkpoint(const std::string& path, const TrainingProgress& progress,
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
   if (ec) fail(target.parent_path(), "cannot create the directory: " + ec.message());
+  check_memory_bound(target, bytes.size());
   remove_stale_temps(target);
   TempFile tmp{fs::path(target.string() + ".tmp." + std::to_string(::getpid()))};
   write_all_and_sync(tmp.path, bytes);
@@ -197,9 +228,18 @@ std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::str
     fail(path, std::string("truncated, corrupt or not a checkpoint of this model (") +
                    e.what_without_backtrace() + ")");
   } catch (const std::exception& e) {
-    fail(path, std::string("truncated, corrupt or not a checkpoint of this model (") +
-                   e.what() + ")");
+    fail(path,
+         std::string("truncated, corrupt or not a checkpoint of this model (") + e.what() + ")");
   }
+}
+
+std::optional<std::string> memory_checkpoint_path(const std::string& name) {
+  if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos) {
+    throw Error("memory checkpoint name '" + name + "': a plain file name, not starting with '.'");
+  }
+  auto memory = memory_dir();
+  if (!memory) return std::nullopt;
+  return (memory->first / name).string();
 }
 
 }  // namespace ddprun

@@ -106,7 +106,8 @@ TEST(Checkpoint, ModelOfAnotherShapeIsAnErrorNamingTheParameter) {
     load_checkpoint(pg, path.string(), *other, optimizer);
   });
   for (const auto& e : errors) {
-    EXPECT_NE(e.find("checkpoint " + path.string() + ": not a checkpoint of this model: "
+    EXPECT_NE(e.find("checkpoint " + path.string() +
+                     ": not a checkpoint of this model: "
                      "parameter weight is Float [3, 5] in the model but Float [3, 4] in the "
                      "checkpoint"),
               std::string::npos)
@@ -148,6 +149,43 @@ TEST(Checkpoint, SaveRemovesTempFilesOfCrashedSaves) {
   save_checkpoint(path.string(), {}, *saved.model, saved.optimizer);
   EXPECT_FALSE(fs::exists(path.string() + ".tmp.99999"));
   EXPECT_TRUE(fs::exists(path));
+}
+
+// The in-memory target as ddprun hands it to the workers (DDPRUN_MEMORY_CHECKPOINT_DIR and its
+// bound): a path in it, a save that fits, one that would pass the bound refused with the
+// previous save kept, and names that would leave the directory refused.
+TEST(Checkpoint, MemoryTargetKeepsTheJobsBound) {
+  TempDir dir;
+  ::unsetenv("DDPRUN_MEMORY_CHECKPOINT_DIR");
+  EXPECT_EQ(memory_checkpoint_path(), std::nullopt);  // not under ddprun
+  ::setenv("DDPRUN_MEMORY_CHECKPOINT_DIR", dir.path.c_str(), 1);
+  ::setenv("DDPRUN_MEMORY_CHECKPOINT_LIMIT", "200000", 1);
+  const auto path = memory_checkpoint_path();
+  ASSERT_TRUE(path);
+  EXPECT_EQ(*path, (dir.path / "checkpoint.pt").string());
+  Trained small(1);
+  save_checkpoint(*path, {0, 5, {}}, *small.model, small.optimizer);
+  const auto size = fs::file_size(*path);
+
+  torch::manual_seed(2);
+  torch::nn::Linear big(200, 200);  // 160 KB of weights, plus Adam's two moments
+  torch::optim::Adam adam(big->parameters());
+  adam.zero_grad();
+  big(torch::randn({2, 200})).sum().backward();
+  adam.step();
+  try {
+    save_checkpoint(*path, {0, 6, {}}, *big, adam);
+    ADD_FAILURE() << "a save past the bound was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("raise ddprun --memory-checkpoints"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(fs::file_size(*path), size);  // the previous save is intact
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), {}), 1);
+  EXPECT_THROW(memory_checkpoint_path("../escape.pt"), Error);
+  EXPECT_THROW(memory_checkpoint_path(".hidden"), Error);
+  ::unsetenv("DDPRUN_MEMORY_CHECKPOINT_DIR");
+  ::unsetenv("DDPRUN_MEMORY_CHECKPOINT_LIMIT");
 }
 
 }  // namespace

@@ -61,4 +61,21 @@ std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::str
                                                 torch::nn::Module& model,
                                                 torch::optim::Optimizer& optimizer);
 
+// The in-memory target: `name` in the job's in-memory checkpoint directory, which ddprun keeps
+// on a tmpfs for as long as the job runs, across restarts (DDPRUN_MEMORY_CHECKPOINT_DIR,
+// --memory-checkpoints); nullopt when there is none (not under ddprun, or turned off). Save to
+// it and load from it as to a file: a save is a memory copy, cheap enough for every step, with
+// the same atomicity. A save there that would pass the job's bound throws ddprun::Error and
+// leaves the previous one. Memory is per node and a new node has none: keep a file checkpoint
+// too, and load it when the memory one is missing.
+//
+//   auto memory = ddprun::memory_checkpoint_path();
+//   auto saved = memory ? ddprun::load_checkpoint(*pg, *memory, *model, opt) : std::nullopt;
+//   if (!saved) saved = ddprun::load_checkpoint(*pg, "/ckpt/last.pt", *model, opt);
+//   ...
+//   if (memory && pg->rank() == 0) ddprun::save_checkpoint(*memory, {0, step}, *model, opt);
+//
+// Throws ddprun::Error for a name that is not a plain file name.
+std::optional<std::string> memory_checkpoint_path(const std::string& name = "checkpoint.pt");
+
 }  // namespace ddprun

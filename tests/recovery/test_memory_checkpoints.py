@@ -1,0 +1,225 @@
+"""In-memory checkpoints (--memory-checkpoints, the Python `ddprun` module): a job that saves
+every step and loses a rank resumes from memory at the step that was running and ends with an
+undisturbed run's parameters, under torch 1.13 and 2.x; a save torn by a kill is never restored;
+the bound is kept; the directory is private to the job and goes with it, even when ddprun is
+SIGKILLed; outside ddprun the module does nothing; its heartbeat() reaches hang detection."""
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+from conftest import SOURCE_DIR, TORCH1_PYTHON, TORCH2_PYTHON, wait_for
+
+MODULE = SOURCE_DIR / "worker-sdk" / "python"
+TRAIN = SOURCE_DIR / "tests" / "recovery" / "memory_train.py"
+PYTHONS = {"torch1": TORCH1_PYTHON, "torch2": TORCH2_PYTHON}
+
+
+def env(python, **extra):
+    """The workers' interpreter, the module from the source tree, nothing of an outer job."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PET_", "TORCHELASTIC_", "MASTER_", "DDPRUN_"))
+         and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    e.update(PYTHON_EXEC=python, PYTHONPATH=str(MODULE), OMP_NUM_THREADS="1",
+             PYTHONDONTWRITEBYTECODE="1", **extra)
+    return e
+
+
+def ddprun_run(ddprun, python, args, cwd, timeout=240, **extra):
+    return subprocess.run([ddprun, "--standalone", "--nproc-per-node=2", *map(str, args)],
+                          cwd=cwd, env=env(python, **extra), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("torch", ["torch1", "torch2"])
+def test_a_killed_rank_resumes_from_memory_at_the_step_it_was_in(ddprun, tmp_path, torch):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    whole.mkdir()
+    broken.mkdir()
+    r = ddprun_run(ddprun, PYTHONS[torch], [TRAIN, whole], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = ddprun_run(ddprun, PYTHONS[torch], ["--max-restarts=1", TRAIN, broken, "--kill-at", 25],
+                   tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "SIGKILL" in r.stderr, r.stderr
+    undisturbed = json.loads((whole / "attempt0.json").read_text())
+    resumed = json.loads((broken / "attempt1.json").read_text())
+    assert not (broken / "attempt0.json").exists()
+    # Rank 1 died entering step 25: step 24's save is the last, unless rank 0 was still writing
+    # it when the agent stopped it (that torn save is dropped and step 24 is done again).
+    assert resumed["resumed_at"] in (24, 25), resumed
+    assert resumed["params"] == undisturbed["params"]
+    assert resumed["memory"].startswith("/dev/shm/ddprun-")
+    assert not os.path.exists(resumed["memory"])  # the job's memory went with it
+
+
+TORN = r"""
+import os, signal, threading, time, json, sys
+import torch, ddprun
+out = sys.argv[1]
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+if os.environ["RANK"] != "0":
+    sys.exit(0)
+d = os.environ["DDPRUN_MEMORY_CHECKPOINT_DIR"]
+if attempt == "0":
+    ddprun.save_checkpoint({"version": 1, "weights": torch.arange(10.0)})
+    temp = os.path.join(d, f".checkpoint.{os.getpid()}.tmp")
+    def kill_mid_save():  # once the second save has written some of its bytes
+        while not (os.path.exists(temp) and os.stat(temp).st_size > 1 << 20):
+            time.sleep(0.0005)
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=kill_mid_save, daemon=True).start()
+    ddprun.save_checkpoint({"version": 2, "weights": torch.zeros(200 * 2**20 // 4)})
+    time.sleep(30)  # not reached: the kill comes during the save
+else:
+    state = ddprun.load_checkpoint()
+    with open(out, "w") as f:
+        json.dump({"version": state["version"], "sum": float(state["weights"].sum()),
+                   "left": sorted(os.listdir(d))}, f)
+"""
+
+
+def test_a_save_torn_by_a_kill_is_never_restored(ddprun, tmp_path):
+    (tmp_path / "torn.py").write_text(TORN)
+    out = tmp_path / "out.json"
+    r = ddprun_run(ddprun, TORCH2_PYTHON, ["--max-restarts=1", "torn.py", out], tmp_path)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(out.read_text())
+    assert seen == {"version": 1, "sum": 45.0, "left": ["checkpoint.pt"]}, seen
+
+
+BOUNDED = r"""
+import os, sys, torch, ddprun
+if os.environ["RANK"] == "0":
+    ddprun.save_checkpoint({"small": torch.zeros(1000)}, "state")
+    try:
+        ddprun.save_checkpoint({"large": torch.zeros(2 * 2**20)}, "state")  # 8 MiB
+    except ddprun.CheckpointLimitError as e:
+        print("refused:", e, flush=True)
+    print("kept:", sorted(ddprun.load_checkpoint("state")), flush=True)
+    try:
+        ddprun.save_checkpoint({}, "../escape")
+    except ValueError as e:
+        print("bad name:", e, flush=True)
+"""
+
+
+def test_the_bound_is_kept_and_names_stay_inside(ddprun, tmp_path):
+    (tmp_path / "bounded.py").write_text(BOUNDED)
+    r = ddprun_run(ddprun, TORCH2_PYTHON, ["--memory-checkpoints=1M", "bounded.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "refused: in-memory checkpoint 'state'" in r.stdout, r.stdout
+    assert "raise ddprun --memory-checkpoints" in r.stdout
+    assert "kept: ['small']" in r.stdout
+    assert "bad name: checkpoint name '../escape'" in r.stdout
+
+
+PROBE = r"""
+import os, stat, sys, torch, ddprun
+d = ddprun.memory_checkpoint_dir()
+mode = oct(stat.S_IMODE(os.stat(d).st_mode)) if d else None
+print(f"rank {os.environ.get('RANK')} dir {d} mode {mode} "
+      f"saved {ddprun.save_checkpoint({'x': torch.ones(1)})} "
+      f"loaded {ddprun.load_checkpoint() is not None}", flush=True)
+ddprun.heartbeat()
+if d and os.environ.get("PROBE_DIR_FILE"):
+    open(os.environ["PROBE_DIR_FILE"], "w").write(d)
+if len(sys.argv) > 1:
+    import time
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_the_directory_is_private_and_off_means_none(ddprun, tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    r = ddprun_run(ddprun, TORCH1_PYTHON, ["probe.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "mode 0o700 saved True loaded True" in r.stdout, r.stdout
+    r = ddprun_run(ddprun, TORCH1_PYTHON, ["--memory-checkpoints=off", "probe.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("dir None mode None saved False loaded False") == 2, r.stdout
+    # Not under ddprun at all (plain python, or torchrun): nothing happens, nothing fails.
+    plain = subprocess.run([TORCH1_PYTHON, "probe.py"], cwd=tmp_path, env=env(TORCH1_PYTHON),
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    assert "dir None mode None saved False loaded False" in plain.stdout
+
+
+def test_killing_ddprun_removes_the_jobs_memory(ddprun, tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    told = tmp_path / "dir"
+    job = subprocess.Popen([ddprun, "--standalone", "--nproc-per-node=2", "probe.py", "60"],
+                           cwd=tmp_path, env=env(TORCH1_PYTHON, PROBE_DIR_FILE=str(told)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: told.exists() and told.read_text(), timeout=60), "no directory"
+        memory = told.read_text()
+        assert "checkpoint.pt" in os.listdir(memory)  # the probe's save
+        job.kill()
+        job.wait()
+        assert wait_for(lambda: not os.path.exists(memory), timeout=10), memory
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+
+BEATING = r"""
+import os, time, ddprun
+for i in range(300):
+    if os.environ["RANK"] == "0" or i < 10:  # rank 1 goes silent after a second: hung
+        ddprun.heartbeat()
+    time.sleep(0.1)
+"""
+
+
+def test_heartbeat_reaches_hang_detection(ddprun, tmp_path):
+    (tmp_path / "beating.py").write_text(BEATING)
+    r = ddprun_run(ddprun, TORCH1_PYTHON, ["--hang-timeout=1.5", "beating.py"], tmp_path,
+                   timeout=120)
+    assert r.returncode != 0
+    assert "rank 1 (local rank 1, pid" in r.stderr and "hung: no heartbeat" in r.stderr, r.stderr
+
+
+def tree(pid):
+    """pid and all its descendants."""
+    found, todo = [pid], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for t in os.listdir(f"/proc/{p}/task")
+                    for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+        except OSError:
+            continue
+        found += kids
+        todo += kids
+    return found
+
+
+def test_memory_left_by_a_killed_process_tree_goes_with_the_next_job(ddprun, tmp_path):
+    """ddprun, its guardian and its workers SIGKILLed together (a cgroup's OOM kill): nobody
+    is left to remove the job's memory, so the next ddprun job of the user on the node does."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    told = tmp_path / "dir"
+    job = subprocess.Popen([ddprun, "--standalone", "--nproc-per-node=2", "probe.py", "60"],
+                           cwd=tmp_path, env=env(TORCH1_PYTHON, PROBE_DIR_FILE=str(told)),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: told.exists() and told.read_text(), timeout=60), "no directory"
+        memory = told.read_text()
+        everyone = tree(job.pid)
+        for pid in everyone:
+            os.kill(pid, signal.SIGSTOP)  # none of them may act on another's death
+        for pid in everyone:
+            os.kill(pid, signal.SIGKILL)
+        job.wait()
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    assert os.path.isdir(memory)  # left behind
+    told.unlink()
+    r = ddprun_run(ddprun, TORCH1_PYTHON, ["probe.py"], tmp_path, PROBE_DIR_FILE=str(told))
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(memory)
