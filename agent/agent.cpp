@@ -3,6 +3,7 @@
 #include "agent/agent.hpp"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -53,6 +54,7 @@ JobResult Agent::Impl::run() {
   pctx_.reset();  // kills and reaps anything left (only after an internal error)
   warm_.reset();
   if (status_) status_->stop_serving();
+  replicas_.reset();
   memory_.reset();  // the job's end: its in-memory checkpoints go
   hangs_.reset();
   return result;
@@ -160,6 +162,16 @@ void Agent::Impl::open_memory_checkpoints() {
     sys::log_line(std::string("warning: no in-memory checkpoints for this job: ") + e.what());
     return;
   }
+  if (rdzv_->spans_nodes()) {
+    try {
+      replicas_ = std::make_unique<CheckpointReplicas>(io_, memory_->path(), memory_->limit(),
+                                                       group_.run_id());
+      rdzv_->set_replica_port(replicas_->port());
+    } catch (const std::exception& e) {
+      sys::log_line(std::string("warning: in-memory checkpoints stay on this node only: ") +
+                    e.what());
+    }
+  }
   AgentEndpoints endpoints = group_.endpoints();
   endpoints.memory_checkpoint_dir = memory_->path();
   endpoints.memory_checkpoint_limit = memory_->limit();
@@ -205,6 +217,11 @@ asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed&
     std::string summary =
         "\n" + format_failure_summary(spec_.entrypoint_name, failures_, sys::host_name());
     sys::Console::write(STDERR_FILENO, summary, sys::LineKind::kOwn);
+    if (const char* path = ::getenv("TORCHELASTIC_ERROR_FILE"); path && *path) {
+      if (std::string error = write_launcher_error_file(failures_, path); !error.empty()) {
+        sys::log_line("warning: " + error);
+      }
+    }
   }
   if (d.action == Action::kSucceed && !keep_logs_) logs_->remove_temporary();
   JobResult result = result_of(d, seen, from_init);

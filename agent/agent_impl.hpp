@@ -25,6 +25,7 @@
 #include "agent/agent.hpp"
 #include "agent/agent_event.hpp"
 #include "agent/agent_observer.hpp"
+#include "agent/checkpoint_replicas.hpp"
 #include "agent/event_log_observer.hpp"
 #include "agent/failure.hpp"
 #include "agent/hang_monitor.hpp"
@@ -117,6 +118,7 @@ class Agent::Impl {
   // Parts. The hang monitor outlives the status observer, which reads its watchdog; so do the
   // in-memory checkpoints.
   std::unique_ptr<MemoryCheckpoints> memory_;
+  std::unique_ptr<CheckpointReplicas> replicas_;  // multi-node: a copy on the next node
   std::unique_ptr<HangMonitor> hangs_;
   JobSummary summary_;
   std::unique_ptr<EventLogObserver> event_log_;

@@ -55,6 +55,13 @@ asio::awaitable<std::optional<Observed>> Agent::Impl::rendezvous_phase() {
   }
   if (signal_) co_return Observed{Event::kSignal, false, {}};
   group_.assign(info);
+  if (replicas_ && info.replica_ports.size() == info.members.size()) {
+    std::vector<ReplicaPeer> peers;
+    for (size_t i = 0; i < info.members.size(); ++i) {
+      peers.push_back({info.members[i], info.replica_ports[i]});
+    }
+    co_await replicas_->round_formed(info.group_rank, info.round, std::move(peers));
+  }
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began);
   observers_.each([&](AgentObserver& o) { o.on_round(info, took); });
   if (!first && info.restart_count > previous_restarts) {

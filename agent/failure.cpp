@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -49,6 +51,51 @@ std::string indent(std::string_view text) {
 }
 
 }  // namespace
+
+std::string fatal_signal_text(int signo) {
+  switch (signo) {
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGABRT:
+    case SIGFPE:
+    case SIGILL:
+      break;
+    default:
+      return {};
+  }
+  std::string text = ::strsignal(signo);  // "Segmentation fault"
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return signal_name(signo) + ", " + text;
+}
+
+std::vector<std::string> last_lines(const std::string& path, size_t max_lines) {
+  constexpr std::streamoff kTail = 16 * 1024;
+  constexpr size_t kLineMax = 200;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = size > kTail ? size - kTail : 0;
+  in.seekg(start);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  if (start > 0) {  // the first line is cut: skip it
+    size_t nl = text.find('\n');
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.size() > kLineMax) line = line.substr(0, kLineMax - 3) + "...";
+    if (!line.empty()) lines.push_back(std::move(line));
+    pos = end + 1;
+  }
+  if (lines.size() > max_lines) lines.erase(lines.begin(), lines.end() - max_lines);
+  return lines;
+}
 
 std::optional<ErrorFileData> read_error_file(const std::string& path) {
   std::ifstream in(path);
@@ -150,9 +197,16 @@ std::string format_failure_summary(std::string_view title_name,
     text += "  host      : " + std::string(host) + "\n";
     text += "  rank      : " + std::to_string(f->global_rank) +
             " (local_rank: " + std::to_string(f->local_rank) + ")\n";
-    text += "  exitcode  : " + std::to_string(f->status.torchrun_code()) +
-            " (pid: " + std::to_string(f->pid) + ")\n";
+    text +=
+        "  exitcode  : " + std::to_string(f->status.torchrun_code()) +
+        " (pid: " + std::to_string(f->pid) + ")" +
+        (f->status.kind == ExitStatus::Kind::kSignaled ? " (" + signal_name(f->status.value) + ")"
+                                                       : std::string()) +
+        "\n";
     if (!f->cause.empty()) text += "  cause     : " + f->cause + "\n";
+    for (size_t i = 0; i < f->stderr_tail.size(); ++i) {
+      text += (i == 0 ? "  stderr    : " : "              ") + f->stderr_tail[i] + "\n";
+    }
     if (f->peak_rss_kb) text += "  peak rss  : " + format_bytes(f->peak_rss_kb * 1024) + "\n";
     text += "  error_file: " + f->error_file + "\n";
     if (!f->hang.empty()) {
@@ -190,6 +244,40 @@ std::string format_failure_summary(std::string_view title_name,
   return out;
 }
 
+std::string write_launcher_error_file(const std::vector<ProcessFailure>& failures,
+                                      const std::string& path) {
+  const ProcessFailure& root = root_cause(failures);
+  const int code = root.status.torchrun_code();
+  std::string content;
+  if (root.error_file != kNotAvailable) {
+    std::ifstream in(root.error_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    content = ss.str();
+    auto json = nlohmann::json::parse(content, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_discarded() && json.is_object() && json.contains("message") &&
+        json["message"].is_object()) {
+      json["message"]["errorCode"] = code;
+      content = json.dump();
+    }
+  } else {
+    std::string message = root.message + (root.cause.empty() ? "" : ": " + root.cause);
+    nlohmann::json json = {
+        {"message",
+         {{"message", message},
+          {"extraInfo",
+           {{"py_callstack", root.traceback}, {"timestamp", std::to_string(root.timestamp)}}},
+          {"errorCode", code}}}};
+    content = json.dump();
+  }
+  ::unlink(path.c_str());  // as torchrun: a worker may have written there before
+  std::ofstream out(path, std::ios::trunc);
+  out << content;
+  out.close();
+  if (!out) return "cannot write the error file " + path + ": " + ::strerror(errno);
+  return {};
+}
+
 std::vector<ProcessFailure> collect_new_failures(const WorkerGroup& group,
                                                  const ProcessContext& pctx,
                                                  std::set<int>& reported,
@@ -203,7 +291,15 @@ std::vector<ProcessFailure> collect_new_failures(const WorkerGroup& group,
                                     e->status, launch.error_file, e->unix_time, e->sequence);
     if (only_with_error_file && f.error_file == "<N/A>") continue;
     f.cause = e->cause;
+    if (f.cause.empty() && e->status.kind == ExitStatus::Kind::kSignaled) {
+      f.cause = fatal_signal_text(e->status.value);
+    }
     f.peak_rss_kb = e->peak_rss_kb;
+    const StreamTarget& err = launch.err;
+    if (f.error_file == "<N/A>" &&
+        (err.kind == StreamTarget::Kind::kFile || err.kind == StreamTarget::Kind::kTee)) {
+      f.stderr_tail = last_lines(err.path);
+    }
     reported.insert(w.local_rank);
     std::string what = e->status.kind == ExitStatus::Kind::kExited
                            ? "failed with exitcode " + std::to_string(e->status.value)

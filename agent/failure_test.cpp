@@ -123,8 +123,94 @@ TEST(Summary, OtherFailuresListedByRank) {
   auto root = text.find("Root Cause (first observed failure):\n[1]:");
   EXPECT_NE(others, std::string::npos);
   EXPECT_NE(root, std::string::npos);
-  EXPECT_NE(text.find("exitcode  : -9 (pid: 100)"), std::string::npos);
+  EXPECT_NE(text.find("exitcode  : -9 (pid: 100) (SIGKILL)\n"), std::string::npos);
+  EXPECT_NE(text.find("exitcode  : 2 (pid: 101)\n"), std::string::npos);
   EXPECT_NE(text.find("Signal 9 (SIGKILL) received by PID 100"), std::string::npos);
+  EXPECT_EQ(text.find("cause"), std::string::npos);
+  EXPECT_EQ(text.find("peak rss"), std::string::npos);
+}
+
+TEST(Summary, ASigkillsCauseAndThePeakRss) {
+  auto f = make_failure(0, 3, 4133, ExitStatus::signaled(SIGKILL), "", 1700000005, 1);
+  f.cause = "killed by the kernel's OOM killer (rss 45.1 GiB; node 62.8 of 64.0 GiB in use)";
+  f.peak_rss_kb = uint64_t{47} << 20;
+  auto text = format_failure_summary("x", {f}, "h");
+  EXPECT_NE(text.find("  exitcode  : -9 (pid: 4133) (SIGKILL)\n"
+                      "  cause     : killed by the kernel's OOM killer (rss 45.1 GiB; node 62.8 of "
+                      "64.0 GiB in use)\n"
+                      "  peak rss  : 47.0 GiB\n"
+                      "  error_file: <N/A>\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Summary, FatalSignalsAndTheStderrTail) {
+  EXPECT_EQ(fatal_signal_text(SIGSEGV), "SIGSEGV, segmentation fault");
+  EXPECT_EQ(fatal_signal_text(SIGABRT), "SIGABRT, aborted");
+  EXPECT_EQ(fatal_signal_text(SIGBUS), "SIGBUS, bus error");
+  EXPECT_EQ(fatal_signal_text(SIGTERM), "");
+  EXPECT_EQ(fatal_signal_text(SIGKILL), "");
+
+  std::string log;
+  for (int i = 0; i < 3000; ++i) log += "line " + std::to_string(i) + "\n";
+  log += "\n" + std::string(300, 'x') + "\nFatal Python error: Segmentation fault\n\n";
+  auto path = write_temp("stderr.log", log);
+  auto tail = last_lines(path, 4);
+  ASSERT_EQ(tail.size(), 4u);
+  EXPECT_EQ(tail[0], "line 2998");
+  EXPECT_EQ(tail[2], std::string(197, 'x') + "...");
+  EXPECT_EQ(tail[3], "Fatal Python error: Segmentation fault");
+  EXPECT_EQ(last_lines(path).size(), 10u);
+  EXPECT_TRUE(last_lines("/nonexistent").empty());
+  std::remove(path.c_str());
+
+  auto f = make_failure(0, 1, 7, ExitStatus::signaled(SIGSEGV), "", 1700000005, 1);
+  f.cause = fatal_signal_text(SIGSEGV);
+  f.stderr_tail = {"Fatal Python error: Segmentation fault", "  File \"x.py\", line 3 in crash"};
+  auto text = format_failure_summary("x", {f}, "h");
+  EXPECT_NE(text.find("  exitcode  : -11 (pid: 7) (SIGSEGV)\n"
+                      "  cause     : SIGSEGV, segmentation fault\n"
+                      "  stderr    : Fatal Python error: Segmentation fault\n"
+                      "                File \"x.py\", line 3 in crash\n"
+                      "  error_file: <N/A>\n"),
+            std::string::npos)
+      << text;
+}
+
+// TORCHELASTIC_ERROR_FILE of ddprun itself: the root cause's file with its errorCode, as torchrun
+// writes it; one made from the failure where the worker wrote none.
+TEST(LauncherErrorFile, CopiesTheRootCausesFileWithItsCode) {
+  auto child =
+      write_temp("child.json", R"({"message": {"message": "ValueError: boom", "extraInfo": {)"
+                               R"("py_callstack": "tb", "timestamp": "1700000001"}}})");
+  auto root = make_failure(1, 1, 101, ExitStatus::exited(2), child, 1700000009, 1);
+  auto later = make_failure(0, 0, 100, ExitStatus::signaled(SIGTERM), "", 1700000005, 2);
+  auto out = write_temp("parent.json", "stale");
+  EXPECT_EQ(write_launcher_error_file({later, root}, out), "");
+  auto data = read_error_file(out);
+  ASSERT_TRUE(data);
+  EXPECT_EQ(data->message, "ValueError: boom");
+  EXPECT_EQ(data->traceback, "tb");
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(R"("errorCode":2)"), std::string::npos) << text;
+  std::remove(child.c_str());
+  std::remove(out.c_str());
+}
+
+TEST(LauncherErrorFile, MadeFromAFailureWithoutOne) {
+  auto f = make_failure(0, 3, 4133, ExitStatus::signaled(SIGKILL), "", 1700000005, 1);
+  f.cause = "killed by the kernel's OOM killer (rss 1.0 GiB)";
+  auto out = write_temp("made.json", "");
+  EXPECT_EQ(write_launcher_error_file({f}, out), "");
+  auto data = read_error_file(out);
+  ASSERT_TRUE(data);
+  EXPECT_EQ(data->message,
+            "Signal 9 (SIGKILL) received by PID 4133: killed by the kernel's OOM killer (rss "
+            "1.0 GiB)");
+  EXPECT_EQ(data->timestamp, 1700000005);
+  std::remove(out.c_str());
+  EXPECT_NE(write_launcher_error_file({f}, "/nonexistent-dir/x.json"), "");
 }
 
 }  // namespace

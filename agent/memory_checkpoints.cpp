@@ -91,10 +91,10 @@ MemoryCheckpoints::~MemoryCheckpoints() {
   if (guardian_) guardian_->remove_at_exit("");
 }
 
-uint64_t MemoryCheckpoints::used_bytes() const {
+uint64_t bytes_under(const std::string& dir) {
   uint64_t total = 0;
   std::error_code ec;
-  for (const auto& entry : fs::recursive_directory_iterator(path_, ec)) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
     struct stat st {};
     if (::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
       total += static_cast<uint64_t>(st.st_blocks) * 512;
@@ -102,6 +102,8 @@ uint64_t MemoryCheckpoints::used_bytes() const {
   }
   return total;
 }
+
+uint64_t MemoryCheckpoints::used_bytes() const { return bytes_under(path_); }
 
 void MemoryCheckpoints::remove_partial_saves() {
   std::error_code ec;

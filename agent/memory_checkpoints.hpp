@@ -26,6 +26,9 @@ namespace ddprun::agent {
 
 class Guardian;
 
+// What the regular files under `dir` (and its subdirectories) take on disk or tmpfs.
+uint64_t bytes_under(const std::string& dir);
+
 class MemoryCheckpoints {
  public:
   // Creates <base>/ddprun-<run_id>-<random>/ with room for `limit_bytes` (capped to what the

@@ -203,6 +203,12 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
                            std::to_string(s.local_world_size) +
                            " workers so they do not oversubscribe the cores; set it to tune");
   }
+  // A Python worker that dies of SIGSEGV, SIGBUS, SIGABRT, SIGFPE or SIGILL prints its Python
+  // stacks on its stderr (the standard library's faulthandler), which the failure summary
+  // shows; PYTHONFAULTHANDLER set to anything, empty included, is left as it is.
+  if (s.python && !agent::find_env(environ_strings, "PYTHONFAULTHANDLER")) {
+    environ_strings.push_back("PYTHONFAULTHANDLER=1");
+  }
   s.base_env = std::move(environ_strings);
   return plan;
 }

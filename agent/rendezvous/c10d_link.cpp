@@ -14,6 +14,7 @@
 #include "store/server.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
+#include "store/sys/port_holder.hpp"
 #include "store/sys/time_text.hpp"
 
 namespace ddprun::agent {
@@ -120,10 +121,14 @@ class C10dLink final : public StoreLink {
       }
     } catch (const std::system_error& e) {
       if (s_.is_host) {
-        throw RendezvousError(std::string("cannot host the rendezvous store: ") + e.what() +
-                              (s_.static_ranks ? " (is another job using --master-port " +
-                                                     std::to_string(s_.endpoint_port) + "?)"
-                                               : ""));
+        std::string holder = e.code() == std::errc::address_in_use
+                                 ? sys::port_holder_text(s_.endpoint_port)
+                                 : std::string();
+        throw RendezvousError(
+            std::string("cannot host the rendezvous store: ") + e.what() + holder +
+            (s_.static_ranks ? "; is another job using --master-port " +
+                                   std::to_string(s_.endpoint_port) + "? Choose another one"
+                             : "; choose another port in --rdzv-endpoint"));
       }
       // torchrun's rule: the endpoint names this machine but another process (another agent
       // of this job on the same host, or a ddpstore) serves it: be its client.

@@ -10,6 +10,7 @@
 #include "store/server.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
+#include "store/sys/port_holder.hpp"
 
 namespace ddprun::agent {
 
@@ -40,10 +41,13 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int loca
       break;
     } catch (const std::system_error& e) {
       if (attempt >= tries) {
-        std::string hint = options_.port != 0
-                               ? " (is another job using port " + std::to_string(options_.port) +
-                                     "? choose another --master-port, or use --standalone)"
-                               : "";
+        std::string hint =
+            options_.port != 0
+                ? (e.code() == std::errc::address_in_use ? sys::port_holder_text(options_.port)
+                                                         : std::string()) +
+                      "; choose another --master-port, or leave it out (a "
+                      "one-node job then takes a free port)"
+                : "";
         throw RendezvousError(std::string("cannot host the store: ") + e.what() + hint);
       }
     }

@@ -15,7 +15,7 @@ bool is_digit(char c) {
 
 std::string encode(const NodeDesc& d) {
   return std::to_string(d.nproc) + " " + std::to_string(d.port) + " " + std::to_string(d.hint) +
-         " " + d.addr + " " + d.id;
+         " " + d.addr + " " + d.id + " " + std::to_string(d.replica_port);
 }
 
 NodeDesc decode_node_desc(std::string_view text) {
@@ -40,6 +40,7 @@ NodeDesc decode_node_desc(std::string_view text) {
   number(field(), d.hint);
   d.addr = std::string(field());
   d.id = std::string(field());
+  if (!rest.empty()) number(field(), d.replica_port);
   if (d.nproc < 1 || d.addr.empty() || d.id.empty() || !rest.empty()) throw bad("bad fields");
   return d;
 }

@@ -22,14 +22,16 @@
 namespace ddprun::agent {
 
 // What a node tells the others when it joins a round. Stored as one line of text,
-// "<nproc> <port> <hint> <addr> <id>": every member of an N-node round reads all N, so the
-// format is compact and quick to parse (addresses and ids contain no spaces).
+// "<nproc> <port> <hint> <addr> <id> <replica port>" (the last is optional when reading): every
+// member of an N-node round reads all N, so the format is compact and quick to parse
+// (addresses and ids contain no spaces).
 struct NodeDesc {
-  std::string id;    // unique per agent process: "<addr>:<pid>:<random>"
-  std::string addr;  // advertised address (--local-addr, else the host name)
-  int nproc = 1;     // local world size
-  int hint = -1;     // --node-rank, -1 when not given
-  int port = 0;      // the port of this node's workers' store for the round (used if rank 0)
+  std::string id;        // unique per agent process: "<addr>:<pid>:<random>"
+  std::string addr;      // advertised address (--local-addr, else the host name)
+  int nproc = 1;         // local world size
+  int hint = -1;         // --node-rank, -1 when not given
+  int port = 0;          // the port of this node's workers' store for the round (used if rank 0)
+  int replica_port = 0;  // its in-memory checkpoint replica server (0: none)
 };
 
 std::string encode(const NodeDesc& desc);

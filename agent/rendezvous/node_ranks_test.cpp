@@ -62,10 +62,15 @@ TEST(NodeRanks, DescriptorRoundTrip) {
   EXPECT_EQ(e.nproc, 8);
   EXPECT_EQ(e.hint, 3);
   EXPECT_EQ(e.port, 1234);
+  EXPECT_EQ(e.replica_port, 0);
+  d.replica_port = 40001;
+  EXPECT_EQ(decode_node_desc(encode(d)).replica_port, 40001);
+  EXPECT_EQ(decode_node_desc("1 2 3 addr id").replica_port, 0);  // the optional field left out
   EXPECT_THROW(decode_node_desc("1 2 3 addr"), std::invalid_argument);     // no id
   EXPECT_THROW(decode_node_desc("x 2 3 addr id"), std::invalid_argument);  // not a number
   EXPECT_THROW(decode_node_desc("0 2 3 addr id"), std::invalid_argument);  // nproc < 1
   EXPECT_THROW(decode_node_desc("1 2 3 addr id extra"), std::invalid_argument);
+  EXPECT_THROW(decode_node_desc("1 2 3 addr id 5 extra"), std::invalid_argument);
 }
 
 }  // namespace

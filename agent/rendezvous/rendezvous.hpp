@@ -37,6 +37,9 @@ struct RendezvousInfo {
   int max_restarts = 0;
   // The round's nodes by node rank: the address each advertised (one node: this host's name).
   std::vector<std::string> members;
+  // By node rank: the port of each node's in-memory checkpoint replica server (0: none; empty
+  // for one node).
+  std::vector<int> replica_ports;
 };
 
 // Why a round ended, as every node of the job sees it: the first event wins.
@@ -100,6 +103,12 @@ class RendezvousHandler {
   virtual boost::asio::awaitable<RoundEnd> report_success() {
     co_return RoundEnd{RoundEnd::Kind::kSucceeded, {}, false};
   }
+
+  // This node serves replicas of in-memory checkpoints on `port` (agent/checkpoint_replicas.hpp):
+  // advertised to the other nodes from the next join on. Single node: nothing to do.
+  virtual void set_replica_port(int port) { (void)port; }
+  // Whether the job may have more than one node (then the replicas are worth serving).
+  virtual bool spans_nodes() const { return false; }
 
   // A signal arrived: abandon blocking waits (next_rendezvous throws, report_success returns).
   virtual void interrupt() {}

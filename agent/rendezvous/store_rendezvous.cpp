@@ -80,7 +80,11 @@ RendezvousInfo info_for(const FormedRound& f, int max_restarts) {
   info.restart_count = f.restart_count;
   info.max_restarts = max_restarts;
   info.members.resize(f.nodes.size());
-  for (size_t i = 0; i < f.nodes.size(); ++i) info.members[f.ranks.node_rank[i]] = f.nodes[i].addr;
+  info.replica_ports.resize(f.nodes.size());
+  for (size_t i = 0; i < f.nodes.size(); ++i) {
+    info.members[f.ranks.node_rank[i]] = f.nodes[i].addr;
+    info.replica_ports[f.ranks.node_rank[i]] = f.nodes[i].replica_port;
+  }
   return info;
 }
 

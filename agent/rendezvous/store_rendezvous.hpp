@@ -54,6 +54,8 @@ class StoreRendezvous final : public RendezvousHandler {
   boost::asio::awaitable<RoundEnd> report_failure() override;
   boost::asio::awaitable<RoundEnd> report_success() override;
   void interrupt() override;
+  void set_replica_port(int port) override { self_.replica_port = port; }
+  bool spans_nodes() const override { return true; }
   boost::asio::awaitable<void> shutdown(Exit how) override;
 
  private:

@@ -1,6 +1,8 @@
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +11,7 @@
 #include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
+#include "store/sys/port_holder.hpp"
 #include "store/sys/random.hpp"
 #include "store/sys/temp_dir.hpp"
 #include "store/sys/time_text.hpp"
@@ -35,6 +38,31 @@ TEST(SysTest, TempDirIsPrivateAndRemovedWithItsContents) {
   }
   struct stat st {};
   EXPECT_NE(::stat(path.c_str(), &st), 0);
+}
+
+// A socket this process listens on is found through /proc, with this program's command line;
+// a port nobody listens on gives nothing.
+TEST(SysTest, PortHolderIsTheProcessListening) {
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(listener);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  EXPECT_FALSE(find_port_holder(port)) << "bound, not listening yet";
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  auto holder = find_port_holder(port);
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->pid, ::getpid());
+  EXPECT_NE(holder->command.find("sys_test"), std::string::npos) << holder->command;
+  EXPECT_EQ(port_holder_text(port), " (port " + std::to_string(port) + " is held by pid " +
+                                        std::to_string(::getpid()) + ": " + holder->command + ")");
+  listener.reset();
+  EXPECT_FALSE(find_port_holder(port));
+  EXPECT_EQ(port_holder_text(port), "");
 }
 
 TEST(SysTest, EndpointTextBracketsIpv6Only) {

@@ -99,4 +99,8 @@ def wait_running(agents, predicate, what, timeout=60):
                 raise AssertionError(f"an agent exited with {a.popen.returncode} while waiting "
                                      f"for {what}:\n{a.log()}")
         return predicate()
-    return wait_until(check, what, timeout=timeout)
+    try:
+        return wait_until(check, what, timeout=timeout)
+    except AssertionError as e:  # say what each agent was doing
+        logs = "\n".join(f"--- agent {i} ---\n{a.log()[-3000:]}" for i, a in enumerate(agents))
+        raise AssertionError(f"{e}\n{logs}") from None

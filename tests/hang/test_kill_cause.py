@@ -1,7 +1,8 @@
 """Why a worker died of SIGKILL, on the console, in the failure summary, in the event log and in
 /status (agent/process/kill_cause.hpp): a real OOM kill in a memory cgroup the test makes (a
 torch 2.x worker allocating until the kernel kills it), a SIGKILL from outside, and ddprun's
-own SIGKILL after the stop grace; each worker's peak RSS in /status and /metrics."""
+own SIGKILL after the stop grace; a segfault named with the worker's Python stack (faulthandler,
+on by default) from its stderr; each worker's peak RSS in /status and /metrics."""
 import json
 import os
 import pathlib
@@ -10,9 +11,10 @@ import subprocess
 
 import pytest
 from hang_helpers import (clean_env, events, health_port, http_get, jobs, records,  # noqa: F401
-                          TORCH2_PYTHON, wait_until)
+                          TORCH1_PYTHON, TORCH2_PYTHON, wait_until)
 
 CGROUP_V1 = pathlib.Path("/sys/fs/cgroup/memory")
+PYTHONS = {"torch1": TORCH1_PYTHON, "torch2": TORCH2_PYTHON}
 
 ALLOCATE = r"""
 import os, sys, time
@@ -162,3 +164,40 @@ def test_status_and_metrics_show_each_workers_rss(ddprun, jobs, tmp_path):
         for name in ("ddprun_worker_rss_bytes", "ddprun_worker_peak_rss_bytes"):
             m = re.search(rf'^{name}\{{local_rank="{rank}",rank="{rank}"\}} (\S+)$', metrics, re.M)
             assert m and float(m.group(1)) > 48 * 2**20, metrics
+
+
+SEGFAULT = r"""
+import ctypes, os, time
+import torch
+
+
+def crash_in_native_code():
+    ctypes.string_at(0)
+
+
+if os.environ["RANK"] == "1":
+    crash_in_native_code()
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("python", ["torch1", "torch2"])
+def test_a_segfault_is_named_with_the_workers_python_stack(ddprun, tmp_path, python):
+    worker = script(tmp_path, "segfault.py", SEGFAULT)
+    r = subprocess.run([ddprun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0",
+                        "--tee", "2", "--log-dir", tmp_path / "logs", worker],
+                       env=clean_env(python=PYTHONS[python]),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 128 + 11, r.stderr
+    summary = r.stderr[r.stderr.index("=" * 20):]
+    assert re.search(r"  exitcode  : -11 \(pid: \d+\) \(SIGSEGV\)\n"
+                     r"  cause     : SIGSEGV, segmentation fault\n"
+                     r"  stderr    : ", summary), summary
+    assert "Fatal Python error: Segmentation fault" in summary, summary
+    assert re.search(r'File ".*segfault.py", line 7 in crash_in_native_code', summary), summary
+    # Without the worker's stderr in a file (the default: the console), only the name.
+    r = subprocess.run([ddprun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0",
+                        worker], env=clean_env(), capture_output=True, text=True, timeout=180)
+    assert r.returncode == 128 + 11, r.stderr
+    assert "  cause     : SIGSEGV, segmentation fault\n  peak rss  : " in r.stderr, r.stderr
+    assert "Fatal Python error: Segmentation fault" in r.stderr  # on the console, by the worker

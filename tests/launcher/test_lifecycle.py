@@ -1,9 +1,11 @@
 """Supervision: restart on failure, exhausted restarts (summary + the worker's exit code),
 signals forwarded to every worker (exit 128 + signal), SIGKILL after the grace period, and no
 orphan — not even a grandchild — when ddprun itself is SIGKILLed."""
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -55,6 +57,47 @@ def test_record_error_file_is_the_summarys_traceback(ddprun, tmp_path):
     assert "  RuntimeError: planned failure of rank 1 on attempt 0" in r.stderr
     assert re.search(r"worker 1 \(rank 1, pid \d+\) failed with exitcode 1: "
                      r"RuntimeError: planned failure of rank 1 on attempt 0", r.stderr)
+
+
+def test_an_outer_error_file_gets_the_root_causes_error_with_its_code(ddprun, tmp_path):
+    """TORCHELASTIC_ERROR_FILE set for ddprun itself (a scheduler watches it): the root cause's
+    @record file is copied there with errorCode, as torchrun does; a worker that wrote none
+    (killed) gets one made from its failure."""
+    outer = tmp_path / "outer.json"
+    outer.write_text("stale")
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", example("flaky_worker.py"),
+             tmp_path / "log", "--mode", "raise", "--record"],
+            env=clean_env(TORCHELASTIC_ERROR_FILE=outer))
+    assert r.returncode == 1, r.stderr
+    data = json.loads(outer.read_text())
+    assert data["message"]["message"] == "RuntimeError: planned failure of rank 1 on attempt 0"
+    assert "Traceback (most recent call last)" in data["message"]["extraInfo"]["py_callstack"]
+    assert data["message"]["errorCode"] == 1
+    # The workers' own error files are theirs, not the outer one.
+    assert re.search(r"  error_file: \S+/attempt_0/1/error.json", r.stderr), r.stderr
+
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", example("flaky_worker.py"),
+             tmp_path / "log2", "--mode", "kill", "--others-wait"],
+            env=clean_env(TORCHELASTIC_ERROR_FILE=outer))
+    assert r.returncode == 128 + 9, r.stderr
+    data = json.loads(outer.read_text())
+    assert re.fullmatch(r"Signal 9 \(SIGKILL\) received by PID \d+: killed by SIGKILL from "
+                        r"outside ddprun.*", data["message"]["message"]), data
+    assert data["message"]["errorCode"] == -9
+
+
+def test_a_busy_master_port_names_its_holder(ddprun, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run([ddprun, "--nnodes=1", "--nproc_per_node=1", f"--master_port={port}",
+                 example("flaky_worker.py"), tmp_path / "log"])
+    assert r.returncode == 1, r.stderr
+    assert re.search(rf"error: cannot host the store: cannot listen on 127\.0\.0\.1:{port}: "
+                     rf"Address already in use \(port {port} is held by pid {os.getpid()}: "
+                     r"[^)]*pytest[^)]*\); choose another --master-port, or leave it out",
+                     r.stderr), r.stderr
 
 
 def test_worker_killed_by_a_signal(ddprun, tmp_path):

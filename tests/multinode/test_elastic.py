@@ -112,7 +112,7 @@ def test_two_c10d_nodes_match_torchrun_2(cluster, torchrun2, torch2_python, tmp_
         a, b = ours[rank], theirs[rank]
         assert set(a) == set(b) | {"NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_HEARTBEAT_SOCKET",
                                    "DDPRUN_MEMORY_CHECKPOINT_DIR",
-                                   "DDPRUN_MEMORY_CHECKPOINT_LIMIT"}, \
+                                   "DDPRUN_MEMORY_CHECKPOINT_LIMIT", "PYTHONFAULTHANDLER"}, \
             set(a) ^ set(b)
         for k in b:
             if k in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):

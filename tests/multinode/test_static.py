@@ -3,6 +3,7 @@ agents on loopback, each with its own --local_addr, running real PyTorch workers
 environment equals torchrun 1.13's for the same two-node job; an unreachable or busy master
 gives a clear error instead of a hang."""
 import json
+import os
 import re
 import socket
 
@@ -12,7 +13,7 @@ from mn_helpers import (EXAMPLES, TORCH1_PYTHON, Cluster, Proc, clean_env, free_
 
 ONLY_TORCH2 = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
                "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_MEMORY_CHECKPOINT_DIR",
-               "DDPRUN_MEMORY_CHECKPOINT_LIMIT"}
+               "DDPRUN_MEMORY_CHECKPOINT_LIMIT", "PYTHONFAULTHANDLER"}
 
 
 @pytest.fixture
@@ -110,4 +111,7 @@ def test_busy_master_port_is_an_error_naming_the_port(cluster, tmp_path):
                               worker("record.py"), tmp_path / "log")
         assert node0.wait(60) == 1, node0.log()
     assert "cannot host the rendezvous store" in node0.log()
-    assert f"is another job using --master-port {port}?" in node0.log()
+    assert f"is another job using --master-port {port}? Choose another one" in node0.log()
+    # The holder is this test's own process (pytest), named with its pid and command line.
+    assert re.search(rf"\(port {port} is held by pid {os.getpid()}: \S*python\S* .*pytest",
+                     node0.log()), node0.log()
