@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "agent/etcd/endpoint.hpp"
+#include "launcher/bind_hosts.hpp"
 #include "launcher/cli_parser.hpp"
 #include "store/sys/net.hpp"
 
@@ -23,6 +24,10 @@ LaunchClass classify_c10d(const LaunchConfig& c) {
   if (ep.host.empty()) {
     throw CliError("--rdzv-backend=c10d with --nnodes=" + nnodes_text(c) +
                    " needs --rdzv-endpoint=HOST[:PORT] (the rendezvous store every node reaches)");
+  }
+  if (ep.port == 0) {
+    throw CliError("--rdzv-endpoint=" + c.rdzv_endpoint +
+                   ": the nodes must agree on a fixed port (0 picks a different one on each)");
   }
   return {LaunchKind::kMultiNode, ep, {}};
 }
@@ -122,7 +127,26 @@ Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
       has_port = true;
     } else {
       ep.host = text;  // no port, or a bare IPv6 address
+      if (colon != std::string::npos) {
+        if (!is_ipv6_literal(text)) {
+          throw CliError(flag + "=" + text +
+                         ": not a host, an address or HOST:PORT (an IPv6 "
+                         "address with a port is written [ADDR]:PORT)");
+        }
+        // torchrun reads "::1:0" as [::1]:0; we would read an address: say which is meant.
+        auto port = parse_int(text.substr(colon + 1));
+        if (is_ipv6_literal(text.substr(0, colon)) && port && *port >= 0 && *port <= 65535) {
+          throw CliError(flag + "=" + text + ": write [" + text.substr(0, colon) + "]:" +
+                         text.substr(colon + 1) + " for a port, or [" + text + "] for the address");
+        }
+      }
     }
+  }
+  if (!ep.host.empty() && !is_ipv6_literal(ep.host) &&
+      ep.host.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
+          std::string::npos) {
+    throw CliError(flag + "=" + text + ": '" + ep.host + "' is not a host name or address");
   }
   if (has_port) {
     auto p = parse_int(port_text);

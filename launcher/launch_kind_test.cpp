@@ -131,6 +131,23 @@ TEST(LaunchKind, Endpoints) {
   EXPECT_THROW(parse_endpoint("[::1]:", "--x"), CliError);
   EXPECT_THROW(parse_endpoint("[::1", "--x"), CliError);
   EXPECT_THROW(parse_endpoint("[::1]x", "--x"), CliError);
+  // Not hosts, and what torchrun would read as another address and port.
+  EXPECT_THROW(parse_endpoint("@@@:::x", "--x"), CliError);
+  EXPECT_THROW(parse_endpoint("ho st:29400", "--x"), CliError);
+  EXPECT_THROW(parse_endpoint("@@@", "--x"), CliError);
+  try {
+    parse_endpoint("::1:0", "--x");
+    ADD_FAILURE() << "::1:0 accepted";
+  } catch (const CliError& e) {
+    EXPECT_NE(std::string(e.what()).find("write [::1]:0 for a port, or [::1:0] for the address"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_endpoint("[::1:0]", "--x").host, "::1:0");
+  EXPECT_EQ(parse_endpoint("node-1.cluster_a:29400", "--x").host, "node-1.cluster_a");
+  EXPECT_NE(
+      error_of({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=node0:0"}).find("fixed port"),
+      std::string::npos);
 }
 
 TEST(BindHosts, LiteralsAsNamedElseTheWildcard) {

@@ -65,6 +65,13 @@ agent::LocalRendezvousOptions local_rendezvous(const LaunchConfig& c, const Laun
   agent::LocalRendezvousOptions r;
   r.run_id = c.rdzv_id;
   r.max_restarts = c.max_restarts;
+  {
+    // One node needs none of the round's timeouts, but a value the multi-node job would
+    // refuse is refused here too.
+    agent::RendezvousSettings unused;
+    std::vector<std::string> ignored;
+    apply_rdzv_conf(c, unused, ignored);
+  }
   switch (lc.kind) {
     case LaunchKind::kStandalone:
       for (const char* f : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
@@ -73,11 +80,6 @@ agent::LocalRendezvousOptions local_rendezvous(const LaunchConfig& c, const Laun
       use_loopback_store(r);
       return r;
     case LaunchKind::kSingleNodeC10d: {
-      // One node needs none of the round's timeouts, but a value the multi-node job would
-      // refuse is refused here too.
-      agent::RendezvousSettings unused;
-      std::vector<std::string> ignored;
-      apply_rdzv_conf(c, unused, ignored);
       // The endpoint is empty or loopback: a literal is bound as named (127.0.0.5, ::1),
       // "localhost" and no host at all on 127.0.0.1.
       r.port = ep.port.value_or(agent::kC10dPort);

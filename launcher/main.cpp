@@ -60,6 +60,12 @@ std::optional<std::string> get_env(const std::string& name) {
 
 int main(int argc, char** argv) {
   ensure_standard_fds();
+  // A parent that started ddprun with signals blocked (SIGTERM, say) would leave it deaf to
+  // them, and its workers too (they inherit the mask): ddprun and its workers start with none
+  // blocked.
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   // Node rank 0's agent hosts the workers' store: one descriptor per worker of the job.
   // Workers get the limit they would have had (child_process.cpp).
   sys::raise_fd_limit();

@@ -1,13 +1,14 @@
 #include "agent/process/log_dir.hpp"
 
-#include "store/sys/random.hpp"
-
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
+
+#include "store/sys/log.hpp"
+#include "store/sys/random.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -48,6 +49,16 @@ std::string RunLogDir::make_attempt(int restart_count, int local_world_size) con
   // A multi-node round re-formed without spending a restart (a node joined or left) keeps
   // the restart count: its logs go to attempt_<N>.<k> so nothing is overwritten.
   std::string attempt = path_ + "/attempt_" + std::to_string(restart_count);
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0 && errno == ENOENT) {
+    // A tmp cleaner or a person removed it while the job ran: the job goes on, logging anew.
+    std::error_code ec;
+    std::filesystem::create_directories(path_, ec);
+    if (temporary_) ::chmod(base_.c_str(), 0700);
+    sys::log_line("warning: the log directory " + path_ +
+                  " was removed while the job ran: recreated it (the earlier attempts' logs are "
+                  "gone)");
+  }
   for (int k = 1; ::mkdir(attempt.c_str(), 0755) != 0; ++k) {
     if (errno != EEXIST) {
       throw std::system_error(errno, std::generic_category(), "cannot create " + attempt);

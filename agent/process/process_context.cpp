@@ -49,6 +49,7 @@ Wiring wire(asio::io_context& io, const StreamTarget& target) {
       sys::Pipe p = sys::make_pipe();
       PumpSinks sinks;
       sinks.file = sys::open_for_write(target.path.c_str());
+      sinks.file_path = target.path;
       sinks.console_fd = target.console_fd;
       sinks.prefix = target.prefix;
       sinks.filtered_file = target.filtered_file;

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "store/sys/console.hpp"
 #include "store/sys/fd.hpp"
+#include "store/sys/log.hpp"
 
 namespace ddprun::agent {
 
@@ -44,8 +46,26 @@ bool StreamPump::drain() {
   }
 }
 
+namespace {
+std::vector<std::string>& incomplete() {
+  static std::vector<std::string> files;
+  return files;
+}
+}  // namespace
+
+const std::vector<std::string>& StreamPump::incomplete_files() {
+  return incomplete();
+}
+
 void StreamPump::consume(const char* data, size_t size) {
-  if (sinks_.file) sys::write_all(sinks_.file.get(), data, size);
+  if (sinks_.file && !sys::write_all(sinks_.file.get(), data, size)) {
+    // Said once per file: what follows goes to the console (if tee'd), not to the file.
+    const std::string what = sinks_.file_path + " (" + std::strerror(errno) + ")";
+    sys::log_line("warning: cannot write the log file " + what + ": it is incomplete from here on" +
+                  (sinks_.console_fd >= 0 ? "; its lines still go to the console" : ""));
+    incomplete().push_back(what);
+    sinks_.file.reset();
+  }
   if (sinks_.console_fd >= 0 || sinks_.filtered_file)
     emit_lines(std::string_view(data, size), false);
 }

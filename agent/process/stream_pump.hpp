@@ -21,10 +21,11 @@ namespace ddprun::agent {
 
 struct PumpSinks {
   sys::UniqueFd file;                            // the stream's log file (-1: none)
-  int console_fd = -1;                      // ddprun's stdout or stderr (-1: not shown)
-  std::string prefix;                       // console and filtered-file line prefix
+  std::string file_path;                         // its path, for the one line if a write fails
+  int console_fd = -1;                           // ddprun's stdout or stderr (-1: not shown)
+  std::string prefix;                            // console and filtered-file line prefix
   std::shared_ptr<sys::UniqueFd> filtered_file;  // shared by all ranks of an attempt
-  std::vector<std::string> filters;         // substrings selecting lines for filtered_file
+  std::vector<std::string> filters;              // substrings selecting lines for filtered_file
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
@@ -32,6 +33,10 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   StreamPump(boost::asio::io_context& io, sys::UniqueFd pipe_read, PumpSinks sinks);
   void start();
   void finish();
+
+  // The log files a pump could not write in full (a full file system, say) since the process
+  // started, "path (No space left on device)" each: the job summary names them.
+  static const std::vector<std::string>& incomplete_files();
 
  private:
   void read_some();

@@ -173,3 +173,31 @@ def test_sigkill_of_ddprun_leaves_no_worker_or_grandchild(ddprun, tmp_path):
     proc.communicate()
     survivors = lambda: [p for p in pids if pid_alive(p)]  # noqa: E731
     assert wait_for(lambda: not survivors(), timeout=1.0), survivors()
+
+
+MASK = r"""
+import os, sys, time
+with open(os.path.join(sys.argv[1], "mask_" + os.environ["RANK"]), "w") as f:
+    f.write([l for l in open("/proc/self/status") if l.startswith("SigBlk:")][0].split()[1])
+time.sleep(60)
+"""
+
+
+def test_a_blocked_sigterm_is_unblocked_for_ddprun_and_its_workers(ddprun, tmp_path):
+    """Started by a parent that blocked SIGTERM (the mask is inherited), ddprun still ends on
+    SIGTERM, and its workers do not inherit the blocked mask."""
+    script = tmp_path / "mask.py"
+    script.write_text(MASK)
+    proc = subprocess.Popen(
+        [ddprun, "--standalone", "--nproc_per_node=2", script, tmp_path], env=clean_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}))
+    try:
+        masks = [tmp_path / f"mask_{r}" for r in (0, 1)]
+        assert wait_for(lambda: all(m.exists() and m.read_text() for m in masks), timeout=30)
+        assert [m.read_text() for m in masks] == ["0000000000000000"] * 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.communicate()

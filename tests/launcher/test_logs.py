@@ -1,9 +1,14 @@
 """Logs: the <log_dir>/<run_id>_<random>/attempt_<N>/<local_rank>/ layout, redirects and tee
 (per-rank maps too), torchrun's "[<role><local_rank>]:" console prefixes, whole lines only,
 --local_ranks_filter, earlier attempts kept."""
+import os
+import pathlib
 import re
+import subprocess
 
-from launcher_helpers import example, run
+import pytest
+
+from launcher_helpers import clean_env, example, run
 
 # Each worker prints LINES long lines in small pieces (no flush at line ends) to stdout and
 # stderr, so a launcher that forwarded bytes as they come would cut and interleave lines.
@@ -111,3 +116,70 @@ def test_earlier_attempts_logs_are_kept(ddprun, tmp_path):
             out = (run_dir / f"attempt_{attempt}" / str(rank) / "stdout.log").read_text()
             assert out == f"worker rank {rank} attempt {attempt}\n"
     assert "failing with exit code 3" in (run_dir / "attempt_0" / "0" / "stderr.log").read_text()
+
+
+REMOVES_LOGS = r"""
+import os, shutil, sys, time
+# <TMPDIR>/ddprun_XXXXXX/<run_id>_<random>/attempt_<N>/<local_rank>/error.json
+base = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.environ["TORCHELASTIC_ERROR_FILE"]))))
+ready = os.path.join(sys.argv[1], "rank1_running")
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["RANK"] == "0":
+        while not os.path.exists(ready):  # every log file of the attempt is open
+            time.sleep(0.01)
+        shutil.rmtree(base)  # as a tmp cleaner would
+        sys.exit(1)
+    open(ready, "w").close()
+    time.sleep(60)
+print("attempt", os.environ["TORCHELASTIC_RESTART_COUNT"], "logs in", base, flush=True)
+"""
+
+
+def test_a_removed_log_directory_is_recreated_at_the_next_restart(ddprun, tmp_path):
+    script = tmp_path / "removes_logs.py"
+    script.write_text(REMOVES_LOGS)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", "--max_restarts=1", "--tee=1", script,
+             tmp_path], env=clean_env(TMPDIR=tmp))
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"warning: the log directory (\S+) was removed while the job ran: recreated it",
+                  r.stderr)
+    assert m, r.stderr
+    assert m.group(1).startswith(str(tmp) + "/ddprun_")
+    assert (pathlib.Path(m.group(1)) / "attempt_1" / "0" / "stdout.log").exists()
+    assert "attempt 1 logs in" in r.stdout
+
+
+LOUD = r"""
+import sys
+for i in range(40000):
+    sys.stdout.write(f"line {i} " + "x" * 100 + "\n")
+"""
+
+
+def test_a_full_log_file_system_is_said_once(ddprun, tmp_path):
+    """--tee on a file system that fills up: the job goes on, the console keeps every line,
+    one warning names the file and the job summary says it is incomplete."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        script = tmp_path / "loud.py"
+        script.write_text(LOUD)
+        r = run([ddprun, "--standalone", "--nproc_per_node=1", "--tee=3", "--log_dir", small,
+                 script])
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.count("[default0]:line ") == 40000  # the console has every line
+        warnings = re.findall(r"warning: cannot write the log file (\S+/attempt_0/0/stdout\.log) "
+                              r"\(No space left on device\): it is incomplete from here on; its "
+                              r"lines still go to the console", r.stderr)
+        assert len(warnings) == 1, r.stderr[-2000:]
+        assert re.search(r"job summary: .*; 1 log file incomplete: \S+/stdout\.log \(No space "
+                         r"left on device\)", r.stderr), r.stderr[-2000:]
+    finally:
+        subprocess.run(["umount", "-l", small])
