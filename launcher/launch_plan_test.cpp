@@ -225,9 +225,9 @@ TEST_F(LaunchPlanTest, BadMultiNodeInput) {
                 .find("join_timeout=-1"),
             std::string::npos);
   // One node refuses what several would (it used to ignore --rdzv-conf under --standalone).
-  EXPECT_NE(error_of({"--standalone", "--rdzv_conf=join_timeout=abc", "train"})
-                .find("join_timeout=abc"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of({"--standalone", "--rdzv_conf=join_timeout=abc", "train"}).find("join_timeout=abc"),
+      std::string::npos);
   EXPECT_NE(error_of({"--rdzv_conf=join_timeout=abc", "train"}).find("join_timeout=abc"),
             std::string::npos);
   EXPECT_NE(error_of({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h",
