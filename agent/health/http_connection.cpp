@@ -118,6 +118,7 @@ asio::awaitable<bool> HttpConnection::serve_one() {
   const HealthServer::Limits& limits = core_->limits;
   // The request's clock starts at the connection's opening or at the previous response.
   const auto start = Clock::now();
+  waiting_since_ = start;
   const auto request_deadline = start + limits.request_timeout;
   if (buffer_.size() == 0) {  // else a pipelined request has begun already
     const auto first_byte_deadline = std::min(request_deadline, start + limits.idle_timeout);

@@ -54,6 +54,10 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
 
   void start();  // serves on the socket's executor
   void close();  // closes the socket; the coroutine ends on its next resumption
+  bool closed() const { return closed_; }
+  // Since when it has been waiting for its current request (or writing its response): the
+  // longest-waiting connection gives its place to a new one when the server is full.
+  std::chrono::steady_clock::time_point waiting_since() const { return waiting_since_; }
 
  private:
   static boost::asio::awaitable<void> run(std::shared_ptr<HttpConnection> self);
@@ -71,6 +75,7 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
   boost::beast::tcp_stream stream_;
   boost::beast::flat_buffer buffer_;  // bounded: max_header_bytes plus a little
   bool closed_ = false;
+  std::chrono::steady_clock::time_point waiting_since_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ddprun::agent::health_detail

@@ -38,22 +38,30 @@ tcp::endpoint parse_endpoint(const std::string& host, int port, const std::strin
   return tcp::endpoint(address, static_cast<unsigned short>(port));
 }
 
-// Hands each accepted socket to a connection, or closes it at once when max_connections are
-// open. Ends when the server closes.
+// Hands each accepted socket to a connection. When max_connections are open, the one that has
+// waited longest for its request (or to write its response) is closed to make room: a probe,
+// which sends its request at once, is served however many idle, slow or unread connections
+// hold the server. Ends when the server closes.
 asio::awaitable<void> accept_loop(std::shared_ptr<Core> core) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   while (!core->closed) {
     auto [ec, socket] = co_await core->acceptor.async_accept(kUseTuple);
     if (core->closed) break;
     if (!ec) {
-      if (core->connections.size() >= core->limits.max_connections) {
-        boost::system::error_code ignored;
-        socket.close(ignored);
+      size_t open = 0;
+      HttpConnection* longest = nullptr;
+      for (HttpConnection* c : core->connections) {
+        if (c->closed()) continue;  // evicted, its coroutine not ended yet
+        ++open;
+        if (!longest || c->waiting_since() < longest->waiting_since()) longest = c;
+      }
+      if (open >= core->limits.max_connections && longest) {
+        longest->close();
         core->log_once(&core->logged_over_limit,
                        "health server on " + core->endpoint + ": " +
                            std::to_string(core->limits.max_connections) +
-                           " connections open, closing new ones (logged once)");
-        continue;
+                           " connections open: each new one closes the one that has waited "
+                           "longest (logged once)");
       }
       try {
         std::make_shared<HttpConnection>(core, std::move(socket))->start();

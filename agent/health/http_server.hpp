@@ -19,7 +19,9 @@
 //   - a request must be complete within request_timeout of the connection opening or of the
 //     previous response (slow clients, "slowloris", cannot hold a connection open), and start
 //     within idle_timeout; otherwise the connection closes without a response.
-//   - beyond max_connections open connections, a new one is accepted and closed at once.
+//   - with max_connections open, a new one is accepted and the connection that has waited
+//     longest for its request (or to write its response) is closed: probes are answered
+//     whatever idle, slow or unread connections hold the server.
 // A handler that throws gets its client a 500. Nothing is logged per request; refused
 // connections (over the limit, accept failures) are logged once per reason.
 #pragma once

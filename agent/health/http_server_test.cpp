@@ -235,7 +235,7 @@ TEST_F(HealthServerTest, AnIdleKeepAliveConnectionIsClosed) {
   EXPECT_TRUE(client.wait_closed());
 }
 
-TEST_F(HealthServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
+TEST_F(HealthServerTest, ANewConnectionBeyondTheLimitClosesTheLongestWaiting) {
   HealthServer::Limits limits;
   limits.request_timeout = 60s;  // generous: the test must not race the timeouts
   limits.idle_timeout = 60s;
@@ -247,16 +247,43 @@ TEST_F(HealthServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
     ASSERT_TRUE(clients.back()->read_response());
   }
   EXPECT_EQ(open_connections(), 64u);
+  // A probe gets its answer; the first client, idle longest, makes room.
   TestClient extra(port_);
-  extra.send(request("GET", "/extra"));
-  EXPECT_TRUE(extra.wait_closed());
-  for (auto& client : clients) {
-    ASSERT_TRUE(client->send(request("GET", "/two")));
-    auto res = client->read_response();
+  ASSERT_TRUE(extra.send(request("GET", "/extra")));
+  auto probe = extra.read_response();
+  ASSERT_TRUE(probe);
+  EXPECT_EQ(probe->status, 200);
+  EXPECT_TRUE(clients.front()->wait_closed());
+  for (size_t i = 1; i < clients.size(); ++i) {
+    ASSERT_TRUE(clients[i]->send(request("GET", "/two")));
+    auto res = clients[i]->read_response();
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 200);
   }
   EXPECT_EQ(open_connections(), 64u);
+}
+
+// Slowloris: connections that trickle a header that never ends fill the server; probes that
+// come one after another are all answered.
+TEST_F(HealthServerTest, ProbesAreAnsweredWhileSlowClientsFillTheServer) {
+  HealthServer::Limits limits;
+  limits.request_timeout = 60s;
+  limits.idle_timeout = 60s;
+  limits.max_connections = 16;
+  start(limits);
+  std::vector<std::unique_ptr<TestClient>> slow;
+  for (int i = 0; i < 100; ++i) {
+    slow.push_back(std::make_unique<TestClient>(port_));
+    slow.back()->send("GET /slow HTTP/1.1\r\nX-Pad: ");
+  }
+  for (int i = 0; i < 20; ++i) {
+    TestClient probe(port_);
+    ASSERT_TRUE(probe.send(request("GET", "/healthz")));
+    auto res = probe.read_response();
+    ASSERT_TRUE(res) << "probe " << i;
+    EXPECT_EQ(res->status, 200);
+  }
+  EXPECT_LE(open_connections(), 16u + 1);
 }
 
 TEST_F(HealthServerTest, DestroyingTheServerClosesEveryConnection) {
