@@ -150,6 +150,16 @@ TEST(SysTest, TokenFileStripsOneNewlineAndJudgesThePath) {
   EXPECT_EQ(loose.token, "s3cret");
   EXPECT_EQ(loose.warning, "warning: the token file " + shared +
                                " can be read by other users (mode 0644); chmod 600 " + shared);
+  const std::string writable = write("writable", "s3cret", 0666);
+  TokenFile open_to_all = read_token_file(writable);
+  EXPECT_EQ(open_to_all.error, "the token file " + writable +
+                                   " can be changed by other users (mode 0666); chmod 600 " +
+                                   writable);
+  EXPECT_EQ(open_to_all.token, "");
+  // A FIFO nobody writes to is refused at once, not waited on.
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(read_token_file(fifo).error, "the token file " + fifo + " is not a small regular file");
   const std::string empty = write("empty", "\n", 0600);
   EXPECT_EQ(read_token_file(empty).error, "the token file " + empty + " is empty");
   EXPECT_EQ(read_token_file(dir.path() + "/missing").error,

@@ -21,7 +21,9 @@ constexpr off_t kMaxTokenBytes = 64 << 10;
 TokenFile read_token_file(const std::string& path) {
   TokenFile out;
   const std::string what = "the token file " + path;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO (or a device) opens at once instead of waiting for a writer, and is
+  // then refused as not a regular file; it changes nothing for a regular file.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0) {
     out.error = "cannot read " + what + ": " + std::strerror(errno);
@@ -51,6 +53,13 @@ TokenFile read_token_file(const std::string& path) {
   if (!out.token.empty() && out.token.back() == '\n') out.token.pop_back();
   if (out.token.empty()) {
     out.error = what + " is empty";
+    return out;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {  // anyone who may change the secret owns the store
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    out.error = what + " can be changed by other users (mode " + mode + "); chmod 600 " + path;
+    out.token.clear();
     return out;
   }
   if (st.st_mode & (S_IRGRP | S_IROTH)) {
