@@ -80,10 +80,16 @@ class Cluster:
         self.procs = []
         self.count = 0
 
-    def agent(self, flags, entry, *args, addr=None, netns=None, env=None, python=TORCH1_PYTHON):
+    def agent(self, flags, entry, *args, addr=None, netns=None, env=None, python=TORCH1_PYTHON,
+              warm_start=False):
+        """Warm start (on by default for elastic jobs) is off unless asked for: three agents
+        on this 2-core machine each importing torch in a zygote, again after every attempt,
+        starve the etcd and keep-alive timings these tests are about."""
         i = self.count
         self.count += 1
         cmd = [self.ddprun, *flags, "--log_dir", self.tmp / f"logs_{i}"]
+        if not warm_start and not any(str(f).startswith("--warm") for f in flags):
+            cmd.append("--warm-start=off")
         if addr:
             cmd.append(f"--local_addr={addr}")
         p = Proc([*cmd, entry, *args], self.tmp / f"agent_{i}.log",

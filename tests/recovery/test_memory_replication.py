@@ -35,7 +35,8 @@ def env():
 
 def start(cluster, ddpstore_port, job, d, node):
     flags = c10d_flags(f"127.0.0.1:{ddpstore_port}", "2", job)
-    return cluster.agent(flags, TRAIN, d, addr=f"127.0.0.{node + 2}", env=env())
+    # Warm start on (the default for elastic jobs): a replacement node's worker is forked too.
+    return cluster.agent(flags, TRAIN, d, addr=f"127.0.0.{node + 2}", env=env(), warm_start=True)
 
 
 def final_params(d):
