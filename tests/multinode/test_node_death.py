@@ -70,8 +70,11 @@ def test_survivors_finish_cpp_train_from_its_checkpoint(cluster, tmp_path, ddpst
     train = os.path.join(SDK_BIN_DIR, "train")
     if not os.path.exists(train):
         pytest.skip(f"{train} not built (configure with DDPRUN_BUILD_SDK=ON)")
+    # File checkpoints only (--memory-every 0): the reference below resumes from the file, and
+    # a survivor holding the dead node's in-memory replica would resume later than it
+    # (tests/recovery/test_memory_replication.py covers that).
     args = ["--steps", "600", "--global-batch", "12", "--seed", "3", "--log-every", "100",
-            "--checkpoint-every", "50"]
+            "--checkpoint-every", "50", "--memory-every", "0"]
     ckpt = tmp_path / "ckpt"
     agents = three_nodes(cluster, ddpstore, "train-death", train, *args, "--checkpoint", ckpt,
                          no_python=True)
