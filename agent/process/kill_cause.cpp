@@ -267,12 +267,12 @@ std::string KillCauses::explain(pid_t pid, const std::string& sent_by_ddprun,
   if (logged || cgroup_rose) {
     std::string rss =
         logged && logged->rss_kb ? "rss " + format_bytes(logged->rss_kb * 1024) : peak(peak_rss_kb);
-    std::string memcg = logged ? logged->memcg : std::string();
-    if (!logged && cgroup_rose && cgroup_limit(w.cgroup)) memcg = w.cgroup.path;
+    // The cgroup whose limit was hit: the kernel log names it; without the log, the worker's
+    // own cgroup when it has a limit (one set higher up is not named).
+    const std::string memcg = logged ? logged->memcg : w.cgroup.path;
+    const auto limit = memcg.empty() ? std::nullopt : cgroup_limit({w.cgroup.version, memcg});
     std::string cgroup;
-    if (!memcg.empty()) {
-      CgroupRef hit{w.cgroup.version, memcg};
-      auto limit = cgroup_limit(hit);
+    if (logged ? !memcg.empty() : limit.has_value()) {
       cgroup = "memory cgroup " + memcg +
                (limit ? " at its limit of " + format_bytes(*limit) : std::string(" at its limit"));
     }
