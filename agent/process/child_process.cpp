@@ -1,6 +1,7 @@
 #include "agent/process/child_process.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -140,6 +141,14 @@ ChildProcess::~ChildProcess() {
   }
   while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
+}
+
+bool ChildProcess::has_exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  int n;
+  while ((n = ::poll(&p, 1, 0)) < 0 && errno == EINTR) {
+  }
+  return n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 void ChildProcess::signal_group(int sig) const {

@@ -62,6 +62,13 @@ class ChildProcess {
   bool reaped() const { return reaped_; }
   // The pidfd (readable once the process exited). The caller takes ownership.
   sys::UniqueFd take_pidfd() { return std::move(pidfd_); }
+  // Whether the process of `pidfd` has exited (the pidfd is readable), without waiting.
+  // An asio wait on a pidfd is a hint, not a proof: check this before reaping. Every fork
+  // gives the child a copy of each agent descriptor until it closes them before exec; one
+  // that the agent closes meanwhile stays in the event loop's epoll set (epoll drops a
+  // registration only with the last copy of the open file), and asio, which recycles its
+  // per-descriptor records, can hand that dead descriptor's events to another one's wait.
+  static bool has_exited(int pidfd);
 
   // Sends `sig` to the process group (no-op once reaped: the id may be reused).
   void signal_group(int sig) const;

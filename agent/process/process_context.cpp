@@ -135,11 +135,17 @@ void ProcessContext::start(const std::string& program, std::vector<WorkerLaunch>
 
 void ProcessContext::watch_exit(size_t index) {
   std::weak_ptr<char> alive = alive_;
-  slots_[index]->pidfd->async_wait(asio::posix::stream_descriptor::wait_read,
-                                   [this, index, alive](boost::system::error_code ec) {
-                                     if (ec || alive.expired()) return;
-                                     on_exit(index);
-                                   });
+  slots_[index]->pidfd->async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [this, index, alive](boost::system::error_code ec) {
+        if (ec || alive.expired()) return;
+        // A readiness of another descriptor's (see has_exited).
+        if (!ChildProcess::has_exited(slots_[index]->pidfd->native_handle())) {
+          watch_exit(index);
+          return;
+        }
+        on_exit(index);
+      });
 }
 
 void ProcessContext::on_exit(size_t index) {

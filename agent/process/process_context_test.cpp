@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -156,6 +160,47 @@ TEST_F(ProcessContextTest, DestructorKillsAndReapsRunningWorkers) {
     EXPECT_TRUE(alive(pid));
   }
   EXPECT_NE(::kill(pid, 0), 0);  // killed and reaped: no zombie left
+}
+
+// A descriptor closed while a forked process still holds a copy of it stays in the epoll set
+// (epoll forgets a registration with the last copy of the open file), and asio gives its freed
+// record to the next descriptor registered: here the worker's pidfd, which then sees the dead
+// descriptor's events. The agent spawns workers with fork, so this happens when the agent
+// closes a connection while a worker is between fork and exec. Such a readiness is no exit:
+// the worker runs on, and nothing blocks (the agent used to wait in waitid until the worker
+// really exited, its event loop frozen: etcd leases lapsed, rendezvous stalled).
+TEST_F(ProcessContextTest, AnotherDescriptorsReadinessIsNoExit) {
+  using namespace std::chrono_literals;
+  // A socket asio opened itself (asio leaves those to close() to drop from the epoll set).
+  using boost::asio::ip::tcp;
+  tcp::acceptor acceptor(io_, tcp::endpoint(boost::asio::ip::address_v4::loopback(), 0));
+  auto dead = std::make_unique<tcp::socket>(io_);
+  dead->connect(acceptor.local_endpoint());
+  tcp::socket peer = acceptor.accept();
+  const pid_t holder = ::fork();  // keeps a copy of the socket open
+  if (holder == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(holder, 0);
+  dead.reset();  // closed through asio: its record is freed, its registration stays
+  int exits = 0;
+  ProcessContext pctx(io_, nullptr, [&](int) { ++exits; });
+  std::vector<WorkerLaunch> ls;
+  ls.push_back(sh(0, "exec sleep 5"));
+  pctx.start("/bin/sh", std::move(ls), {});
+  boost::asio::write(peer, boost::asio::buffer("x", 1));  // the closed one becomes readable
+  const auto began = std::chrono::steady_clock::now();
+  io_.run_for(500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
+  EXPECT_EQ(exits, 0);
+  EXPECT_TRUE(alive(pctx.pid_of(0)));
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ::kill(pctx.pid_of(0), SIGKILL);
+  run_all(pctx);
+  EXPECT_EQ(exits, 1);
+  EXPECT_EQ(pctx.exit_of(0)->status, ExitStatus::signaled(SIGKILL));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <system_error>
 #include <utility>
 
+#include "agent/process/child_process.hpp"
 #include "agent/process/exit_status.hpp"
 #include "store/sys/fd.hpp"
 
@@ -265,12 +266,20 @@ asio::awaitable<ToolRun> run_tool(asio::any_io_executor ex, Tool tool, int file,
   }
   asio::posix::stream_descriptor exited(ex, proc.take_pidfd().release());
   asio::steady_timer deadline(ex, timeout);
-  auto first = co_await (exited.async_wait(asio::posix::stream_descriptor::wait_read, kUseTuple) ||
-                         deadline.async_wait(kUseTuple));
-  const bool timed_out = first.index() == 1;
+  bool timed_out = false;
+  // A readiness is checked: it may be another descriptor's (ChildProcess::has_exited).
+  while (!timed_out && !ChildProcess::has_exited(exited.native_handle())) {
+    auto first =
+        co_await (exited.async_wait(asio::posix::stream_descriptor::wait_read, kUseTuple) ||
+                  deadline.async_wait(kUseTuple));
+    timed_out = first.index() == 1;
+  }
   if (timed_out) {
     proc.kill_group();
-    co_await exited.async_wait(asio::posix::stream_descriptor::wait_read, kUseTuple);
+    while (!ChildProcess::has_exited(exited.native_handle())) {
+      auto [ec] = co_await exited.async_wait(asio::posix::stream_descriptor::wait_read, kUseTuple);
+      if (ec) break;
+    }
   }
   const ExitStatus status = proc.reap();
   run.output = read_tail_from(file, begin);

@@ -85,9 +85,19 @@ SshProcess::SshProcess(asio::io_context& io, const std::vector<std::string>& arg
       on_exit_(std::move(on_exit)) {
   if (out_) out_->start();
   if (err_) err_->start();
+  watch_exit();
+}
+
+void SshProcess::watch_exit() {
   pidfd_.async_wait(asio::posix::stream_descriptor::wait_read,
                     [this](boost::system::error_code ec) {
-                      if (!ec) on_exited();
+                      if (ec) return;
+                      // A readiness of another descriptor's (ChildProcess::has_exited).
+                      if (!agent::ChildProcess::has_exited(pidfd_.native_handle())) {
+                        watch_exit();
+                        return;
+                      }
+                      on_exited();
                     });
 }
 

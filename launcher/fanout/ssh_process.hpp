@@ -45,6 +45,7 @@ class SshProcess {
   pid_t pid() const { return child_.pid(); }
 
  private:
+  void watch_exit();
   void on_exited();
 
   sys::UniqueFd stdin_;

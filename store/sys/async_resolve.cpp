@@ -25,6 +25,7 @@ struct Lookup {
   std::mutex mu;
   std::vector<ResolvedAddress> addresses;
   std::string error;
+  bool done = false;
   Pipe pipe;
 };
 
@@ -45,19 +46,25 @@ asio::awaitable<std::vector<ResolvedAddress>> async_resolve(std::string host, ui
       std::lock_guard<std::mutex> lock(lookup->mu);
       lookup->addresses = std::move(found);
       lookup->error = std::move(why);
+      lookup->done = true;
     }
     const char done = 1;
     (void)!::write(lookup->pipe.write.get(), &done, 1);
   }).detach();
-  auto [ec] = co_await ready.async_wait(asio::posix::stream_descriptor::wait_read,
-                                        asio::as_tuple(asio::use_awaitable));
-  if (ec) {
-    *error = "name lookup cancelled";
-    co_return std::vector<ResolvedAddress>{};
+  // A readiness may be another descriptor's (a forked child's copy of a descriptor closed
+  // meanwhile keeps that one's epoll registration): the lookup is done when its thread says so.
+  for (;;) {
+    auto [ec] = co_await ready.async_wait(asio::posix::stream_descriptor::wait_read,
+                                          asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      *error = "name lookup cancelled";
+      co_return std::vector<ResolvedAddress>{};
+    }
+    std::lock_guard<std::mutex> lock(lookup->mu);
+    if (!lookup->done) continue;
+    *error = lookup->error;
+    co_return std::move(lookup->addresses);
   }
-  std::lock_guard<std::mutex> lock(lookup->mu);
-  *error = lookup->error;
-  co_return std::move(lookup->addresses);
 }
 
 }  // namespace ddprun::sys
