@@ -208,6 +208,7 @@ void Agent::Impl::transition(const Decision& d, const Observed& seen) {
 
 asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed& seen) {
   const bool from_init = group_.state() == WorkerState::kInit;
+  co_await sweep_orphans();
   RendezvousHandler::Exit how = RendezvousHandler::Exit::kLeaving;
   if (d.action == Action::kSucceed) how = RendezvousHandler::Exit::kSucceeded;
   if (d.action == Action::kFail) how = RendezvousHandler::Exit::kFailed;

@@ -60,6 +60,8 @@ class Agent::Impl {
   boost::asio::awaitable<Observed> monitor_phase();
   boost::asio::awaitable<Observed> exit_barrier_phase();
   boost::asio::awaitable<void> stop_phase();
+  // Kills what the workers left outside their process groups (process/orphan_sweep.hpp).
+  boost::asio::awaitable<void> sweep_orphans();
   boost::asio::awaitable<void> stop_running(int sig);
   boost::asio::awaitable<JobResult> leave(const Decision& d, const Observed& seen);
   JobResult result_of(const Decision& d, const Observed& seen, bool from_init) const;

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "agent/agent_impl.hpp"
+#include "agent/process/orphan_sweep.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/time_text.hpp"
 
@@ -184,7 +185,27 @@ asio::awaitable<void> Agent::Impl::stop_phase() {
     for (auto& f : collect_failures(true)) failures_.push_back(std::move(f));
     if (hangs_) hangs_->add_failures(attempt(), failures_);
   }
+  co_await sweep_orphans();
   set_state(WorkerState::kStopped);
+}
+
+asio::awaitable<void> Agent::Impl::sweep_orphans() {
+  if (!is_subreaper()) co_return;  // the children here are not all the job's (a test, say)
+  std::set<pid_t> own;
+  if (guardian_) own.insert(guardian_->pid());
+  if (warm_) {
+    for (pid_t pid : warm_->pids()) own.insert(pid);
+  }
+  for (int rank = 0; pctx_ && rank < static_cast<int>(pctx_->size()); ++rank) {
+    if (!pctx_->exit_of(rank)) own.insert(pctx_->pid_of(rank));
+  }
+  std::vector<std::string> killed =
+      co_await agent::sweep_orphans(io_, std::move(own), std::chrono::seconds(1));
+  if (killed.empty()) co_return;
+  std::string list;
+  for (const auto& k : killed) list += (list.empty() ? "" : ", ") + k;
+  sys::log_line("killed " + std::to_string(killed.size()) +
+                " process(es) the workers left running outside their process groups: " + list);
 }
 
 // `sig` to every running worker's process group, --shutdown-timeout grace, SIGKILL, reaped.

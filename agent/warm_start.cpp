@@ -153,4 +153,13 @@ std::optional<ChildProcess> WarmStart::spawn(const WorkerLaunch& launch, int std
   }
 }
 
+std::vector<pid_t> WarmStart::pids() const {
+  std::vector<pid_t> out;
+  if (zygote_ && zygote_->pid() > 0) out.push_back(zygote_->pid());
+  for (const auto& z : retired_) {
+    if (z && z->pid() > 0) out.push_back(z->pid());
+  }
+  return out;
+}
+
 }  // namespace ddprun::agent

@@ -46,6 +46,9 @@ class WarmStart {
   // processes are gone.
   ProcessContext::WarmSpawn spawner();
 
+  // The zygotes' pids (the current one and those retired).
+  std::vector<pid_t> pids() const;
+
  private:
   void start_zygote();
   bool usable();   // ready, or not; logs what changed

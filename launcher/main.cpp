@@ -1,8 +1,7 @@
 // ddprun: the launcher and the agent in one process, like torchrun.
 //
 // Order matters: parse and validate everything first (bad input exits 2 having started
-// nothing), then fork the orphan guardian while the process is still single-threaded, then
-// hand the job to the agent.
+// nothing), then start the orphan guardian, then hand the job to the agent.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include "agent/agent.hpp"
 #include "agent/etcd/lease_revoke.hpp"
 #include "agent/process/guardian.hpp"
+#include "agent/process/orphan_sweep.hpp"
 #include "agent/rendezvous/make_rendezvous.hpp"
 #include "launcher/cli_parser.hpp"
 #include "launcher/exit_codes.hpp"
@@ -59,6 +59,8 @@ std::optional<std::string> get_env(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The orphan guardian is this binary too (agent/process/guardian.hpp).
+  agent::Guardian::run_if_guardian(&etcd::revoke_now);
   ensure_standard_fds();
   // A parent that started ddprun with signals blocked (SIGTERM, say) would leave it deaf to
   // them, and its workers too (they inherit the mask): ddprun and its workers start with none
@@ -105,13 +107,18 @@ int main(int argc, char** argv) {
   // Console output to a closed pipe must not kill the agent (and with it the workers).
   ::signal(SIGPIPE, SIG_IGN);
   if (fanout) return launcher::run_fanout(*fanout, get_env);
+  // Before the guardian, which watches its replacement through it: destroyed after it.
+  boost::asio::io_context io(1);
   std::unique_ptr<agent::Guardian> guardian;
   try {
-    guardian = agent::Guardian::start(&etcd::revoke_now);
+    guardian = agent::Guardian::start();
   } catch (const std::exception& e) {
     sys::log_line(std::string("warning: no orphan guardian: ") + e.what());
   }
-  boost::asio::io_context io(1);
+  // What a worker starts outside its process group becomes ddprun's when its parent dies, to
+  // be swept at the attempt's end (agent/process/orphan_sweep.hpp).
+  if (!agent::become_subreaper()) sys::log_line("warning: cannot become a child subreaper");
+  if (guardian) guardian->keep(io);
   // From here on a console nobody reads cannot stop the agent (store/sys/console.hpp).
   sys::Console::attach(io);
   std::optional<launcher::StdinEofWatch> stdin_watch;  // EOF: SIGTERM, the agent's usual path

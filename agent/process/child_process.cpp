@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 #include <system_error>
 
 #include "store/sys/fd.hpp"
@@ -18,17 +20,14 @@
 namespace ddprun::agent {
 namespace {
 
-// Async-signal-safe helpers for the child between fork and exec.
+// Async-signal-safe helpers for the child between clone and exec.
 void child_write(const char* s) {
   (void)!::write(STDERR_FILENO, s, ::strlen(s));
 }
 
-// Where the child reports a failed execve's errno to the agent (a close-on-exec pipe).
-int g_exec_error_fd = -1;
-
-[[noreturn]] void child_fail(const char* what, const char* path) {
+[[noreturn]] void child_fail(int exec_error_fd, const char* what, const char* path) {
   int err = errno;
-  (void)!::write(g_exec_error_fd, &err, sizeof err);
+  (void)!::write(exec_error_fd, &err, sizeof err);
   child_write("[ddprun] cannot execute ");
   child_write(path);
   child_write(": ");
@@ -45,30 +44,48 @@ void close_from(int first) {
   for (int fd = first; fd < 65536; ++fd) ::close(fd);  // kernels without close_range
 }
 
-[[noreturn]] void run_child(const SpawnRequest& req, pid_t parent, const sigset_t& mask,
-                            const struct sigaction& dfl) {
-  for (int sig : req.reset_signals) ::sigaction(sig, &dfl, nullptr);
-  if (::setsid() < 0) child_fail("setsid", req.path);
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail("prctl", req.path);
-  if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the agent died before prctl
+// What the child needs, prepared by the parent: the child shares the parent's memory
+// (CLONE_VM) and must write none of it.
+struct ChildArgs {
+  const SpawnRequest* req;
+  pid_t parent;
+  sigset_t mask;  // the parent's signal mask, to restore before exec
+  struct sigaction dfl;
+  int exec_error_fd;  // write end of a close-on-exec pipe: a failed execve's errno
+};
+
+// The child, between clone and execve: system calls only (no allocation, no lock, nothing
+// written to the shared memory but this stack).
+int run_child(void* arg) {
+  const ChildArgs& a = *static_cast<const ChildArgs*>(arg);
+  const SpawnRequest& req = *a.req;
+  int exec_error_fd = a.exec_error_fd;
+  for (int sig : req.reset_signals) ::sigaction(sig, &a.dfl, nullptr);
+  if (::setsid() < 0) child_fail(exec_error_fd, "setsid", req.path);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(exec_error_fd, "prctl", req.path);
+  if (::getppid() != a.parent) ::_exit(128 + SIGKILL);  // the agent died before prctl
   // Under Yama ptrace_scope=1 only ancestors may ptrace; declaring the agent as this worker's
   // ptracer also admits its children, the stack dump tools (stack_dump.hpp). The setting
   // survives execve. EINVAL without Yama: ignored.
-  (void)::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
-  if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) child_fail("dup2", req.path);
-  if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, STDERR_FILENO) < 0) child_fail("dup2", req.path);
+  (void)::prctl(PR_SET_PTRACER, a.parent, 0, 0, 0);
+  if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) {
+    child_fail(exec_error_fd, "dup2", req.path);
+  }
+  if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, STDERR_FILENO) < 0) {
+    child_fail(exec_error_fd, "dup2", req.path);
+  }
   // Out of the way of 3 and 4 first: the passed descriptor may be either.
   const int passed = req.pass_fd >= 0 ? ::fcntl(req.pass_fd, F_DUPFD, 10) : -1;
-  if (req.pass_fd >= 0 && passed < 0) child_fail("fcntl", req.path);
+  if (req.pass_fd >= 0 && passed < 0) child_fail(exec_error_fd, "fcntl", req.path);
   // Keep the error pipe (close-on-exec) just above stderr, then the passed descriptor, close
   // everything else.
-  if (::dup3(g_exec_error_fd, 3, O_CLOEXEC) == 3) g_exec_error_fd = 3;
-  if (passed >= 0 && ::dup2(passed, 4) != 4) child_fail("dup2", req.path);
-  close_from(passed >= 0 ? 5 : g_exec_error_fd == 3 ? 4 : 3);
+  if (::dup3(exec_error_fd, 3, O_CLOEXEC) == 3) exec_error_fd = 3;
+  if (passed >= 0 && ::dup2(passed, 4) != 4) child_fail(exec_error_fd, "dup2", req.path);
+  close_from(passed >= 0 ? 5 : exec_error_fd == 3 ? 4 : 3);
   sys::restore_fd_limit_in_child();  // the agent's store raised it for itself, not for workers
-  ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+  ::sigprocmask(SIG_SETMASK, &a.mask, nullptr);
   ::execve(req.path, req.argv, req.envp);
-  child_fail("execve", req.path);
+  child_fail(exec_error_fd, "execve", req.path);
 }
 
 // Blocks every signal for the lifetime of the object (restores the old mask after).
@@ -89,23 +106,28 @@ class BlockAllSignals {
 }  // namespace
 
 ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  ::sigemptyset(&dfl.sa_mask);
-  const pid_t parent = ::getpid();
+  ChildArgs args{};
+  args.req = &request;
+  args.parent = ::getpid();
+  args.dfl.sa_handler = SIG_DFL;
+  ::sigemptyset(&args.dfl.sa_mask);
   sys::Pipe exec_error = sys::make_pipe();
   ::fcntl(exec_error.read.get(), F_SETFL, O_NONBLOCK);
+  args.exec_error_fd = exec_error.write.get();
+  // The child runs on its own stack in the agent's memory, and the agent waits until it has
+  // called execve (CLONE_VFORK): no copy of the agent's page tables, whose cost grows with the
+  // agent's memory (the tee buffers of 2,000 workers made each fork cost milliseconds), and no
+  // moment in which the child holds the agent's descriptors while the agent runs on.
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
   pid_t pid;
   {
     // No signal handler may run in the child before its dispositions are reset.
     BlockAllSignals blocked;
-    pid = ::fork();
-    if (pid == 0) {
-      g_exec_error_fd = exec_error.write.get();
-      run_child(request, parent, blocked.old(), dfl);
-    }
+    args.mask = blocked.old();
+    pid = ::clone(run_child, stack.get() + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   }
-  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid < 0) throw std::system_error(errno, std::generic_category(), "clone");
   // glibc 2.36's <sys/pidfd.h> lacks extern "C"; call the system call directly.
   int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) {

@@ -1,7 +1,10 @@
-// ChildProcess: one worker process and its process group, spawned with fork+exec (or adopted:
+// ChildProcess: one worker process and its process group, spawned with clone+exec (or adopted:
 // forked by the warm-start zygote, which reaps it and reports its exit status).
 //
-// The child runs only async-signal-safe calls between fork and execve: it resets the signals
+// The child is cloned like vfork (CLONE_VM | CLONE_VFORK: it shares the agent's memory, on a
+// stack of its own, and the agent waits until it has exec'd), so a spawn costs the same with
+// 2 workers as with 2,000 and their buffers. It makes only system calls between clone and
+// execve, writing nothing of the agent's memory: it resets the signals
 // the agent handles or ignores, starts a new session (so it leads its own process group and,
 // like torchrun 2.x's start_new_session, never gets SIGTTIN/SIGTTOU from the terminal), asks
 // the kernel to SIGKILL it when the agent dies (PR_SET_PDEATHSIG, with the getppid() race
@@ -46,7 +49,7 @@ class ChildReaper {
 
 class ChildProcess {
  public:
-  // Forks and execs; throws std::system_error if fork or pidfd_open fails. A failing execve
+  // Clones and execs; throws std::system_error if clone or pidfd_open fails. A failing execve
   // is reported by the child on its stderr and, through a close-on-exec pipe, to reap().
   static ChildProcess spawn(const SpawnRequest& request);
   // A process another one forked (it leads its own process group): `pidfd` is its pidfd,
@@ -63,11 +66,12 @@ class ChildProcess {
   // The pidfd (readable once the process exited). The caller takes ownership.
   sys::UniqueFd take_pidfd() { return std::move(pidfd_); }
   // Whether the process of `pidfd` has exited (the pidfd is readable), without waiting.
-  // An asio wait on a pidfd is a hint, not a proof: check this before reaping. Every fork
-  // gives the child a copy of each agent descriptor until it closes them before exec; one
-  // that the agent closes meanwhile stays in the event loop's epoll set (epoll drops a
-  // registration only with the last copy of the open file), and asio, which recycles its
-  // per-descriptor records, can hand that dead descriptor's events to another one's wait.
+  // An asio wait on a pidfd is a hint, not a proof: check this before reaping. A forked
+  // child (the guardian's replacement, a zygote's, any fork of a library) holds a copy of
+  // each agent descriptor until it closes them; one that the agent closes meanwhile stays in
+  // the event loop's epoll set (epoll drops a registration only with the last copy of the
+  // open file), and asio, which recycles its per-descriptor records, can hand that dead
+  // descriptor's events to another one's wait.
   static bool has_exited(int pidfd);
 
   // Sends `sig` to the process group (no-op once reaped: the id may be reused).

@@ -15,7 +15,7 @@ namespace ddprun::agent {
 namespace asio = boost::asio;
 
 StreamPump::StreamPump(asio::io_context& io, sys::UniqueFd pipe_read, PumpSinks sinks)
-    : pipe_(io, pipe_read.release()), sinks_(std::move(sinks)), buffer_(64 * 1024) {
+    : pipe_(io, pipe_read.release()), sinks_(std::move(sinks)) {
   ::fcntl(pipe_.native_handle(), F_SETFL, ::fcntl(pipe_.native_handle(), F_GETFL) | O_NONBLOCK);
 }
 
@@ -34,11 +34,14 @@ void StreamPump::read_some() {
 }
 
 bool StreamPump::drain() {
+  // One read buffer for every pump of the thread (a read is consumed before the next): 2,000
+  // tee'd workers' pumps used to hold 256 MB of buffers between them.
+  thread_local std::vector<char> buffer(64 * 1024);
   for (;;) {
-    ssize_t n = ::read(pipe_.native_handle(), buffer_.data(), buffer_.size());
+    ssize_t n = ::read(pipe_.native_handle(), buffer.data(), buffer.size());
     if (n > 0) {
-      consume(buffer_.data(), static_cast<size_t>(n));
-      if (static_cast<size_t>(n) < buffer_.size()) return true;
+      consume(buffer.data(), static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < buffer.size()) return true;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

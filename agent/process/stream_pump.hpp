@@ -47,7 +47,6 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   boost::asio::posix::stream_descriptor pipe_;
   PumpSinks sinks_;
   LineSplitter lines_;
-  std::vector<char> buffer_;
   std::string console_batch_;
   std::string filtered_batch_;
   bool finished_ = false;

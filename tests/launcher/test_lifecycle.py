@@ -175,6 +175,98 @@ def test_sigkill_of_ddprun_leaves_no_worker_or_grandchild(ddprun, tmp_path):
     assert wait_for(lambda: not survivors(), timeout=1.0), survivors()
 
 
+def kill_by_pattern(token):
+    """What `pkill -9 -f TOKEN` does: SIGKILL every process whose command line holds it."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def guardian_of(pid):
+    """ddprun's orphan guardian: its child named orphan-guardian."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        for child in f.read().split():
+            try:
+                with open(f"/proc/{child}/comm") as c:
+                    if c.read().strip() == "orphan-guardian":
+                        return int(child)
+            except OSError:
+                pass
+    return None
+
+
+def test_pattern_kill_of_ddprun_spares_its_guardian(ddprun, tmp_path):
+    """`pkill -9 -f ddprun` used to take the guardian too (same command line): the workers died
+    of the parent-death signal, their children lived on. The guardian now has a name of its
+    own, so it is left to kill the worker groups."""
+    token = f"pk-{os.getpid()}-{id(tmp_path)}"
+    proc, pids = start_signal_workers(ddprun, tmp_path, "--grandchildren", "2", nproc=2,
+                                      flags=(f"--rdzv-id={token}",))
+    guardian = guardian_of(proc.pid)
+    assert guardian, "no orphan-guardian child"
+    with open(f"/proc/{guardian}/cmdline", "rb") as f:
+        assert f.read().split(b"\0")[:2] == [b"orphan-guardian", str(proc.pid).encode()]
+    assert len(pids) == 6 and all(pid_alive(p) for p in pids)
+    kill_by_pattern(token)
+    proc.communicate()
+    survivors = lambda: [p for p in pids if pid_alive(p)]  # noqa: E731
+    assert wait_for(lambda: not survivors(), timeout=2.0), survivors()
+    assert wait_for(lambda: not pid_alive(guardian), timeout=2.0)
+
+
+def test_a_killed_guardian_is_replaced(ddprun, tmp_path):
+    """The guardian killed first, ddprun next: ddprun has replaced it meanwhile, and the new
+    one kills the worker groups."""
+    proc, pids = start_signal_workers(ddprun, tmp_path, "--grandchildren", "2", nproc=2)
+    first = guardian_of(proc.pid)
+    assert first
+    os.kill(first, signal.SIGKILL)
+    second = wait_for(lambda: (g := guardian_of(proc.pid)) not in (None, first) and g,
+                      timeout=5)
+    assert second, "the guardian was not replaced"
+    proc.kill()
+    _, err = proc.communicate()
+    assert re.search(rf"the orphan guardian \(pid {first}\) was killed \(KILL\); a new one "
+                     rf"\(pid {second}\) took over", err), err
+    survivors = lambda: [p for p in pids if pid_alive(p)]  # noqa: E731
+    assert wait_for(lambda: not survivors(), timeout=2.0), survivors()
+
+
+DAEMON = r"""
+import os, sys, time
+rank = os.environ["RANK"]
+if os.fork() == 0:          # the classic daemon: fork, setsid, fork again, the middle one exits
+    os.setsid()
+    if os.fork() == 0:
+        with open(os.path.join(sys.argv[1], "daemon_" + rank), "w") as f:
+            f.write(str(os.getpid()))
+        os.execvp("sleep", ["sleep", "300"])
+    os._exit(0)
+path = os.path.join(sys.argv[1], "daemon_" + rank)
+while not os.path.exists(path) or not open(path).read():
+    time.sleep(0.05)
+"""
+
+
+def test_a_setsid_daemon_does_not_outlive_the_job(ddprun, tmp_path):
+    """A worker's double-forked daemon left its process group, so no group kill reaches it;
+    ddprun, the subreaper of its tree, adopts it and sweeps it when the job ends."""
+    script = tmp_path / "daemon.py"
+    script.write_text(DAEMON)
+    r = run([ddprun, "--standalone", "--nproc_per_node=2", script, tmp_path], timeout=60)
+    assert r.returncode == 0, r.stderr
+    daemons = [int((tmp_path / f"daemon_{rank}").read_text()) for rank in (0, 1)]
+    assert wait_for(lambda: not any(pid_alive(p) for p in daemons), timeout=2.0), daemons
+    assert re.search(r"killed 2 process\(es\) the workers left running outside their process "
+                     r"groups: pid \d+ \(sleep\), pid \d+ \(sleep\)", r.stderr), r.stderr
+
+
 MASK = r"""
 import os, sys, time
 with open(os.path.join(sys.argv[1], "mask_" + os.environ["RANK"]), "w") as f:
