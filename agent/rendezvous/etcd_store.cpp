@@ -8,10 +8,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "store/client.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/random.hpp"
+#include "store/sys/time_text.hpp"
 
 namespace ddprun::agent {
 
@@ -90,6 +92,24 @@ struct EtcdStore::State : std::enable_shared_from_this<EtcdStore::State> {
   }
 
   Deadline op_deadline() const { return Clock::now() + opts.op_timeout; }
+  // How long a will that ended with etcd's absence waits for its node to write it again: a
+  // lease TTL and two keep-alive intervals from when etcd answers again (the node learns that
+  // its lease ended on its first keep-alive after that, within an interval and one attempt,
+  // then takes a new lease and writes its will: two requests).
+  Clock::duration grace() const { return opts.lease_ttl + 2 * opts.keep_alive_every; }
+  // Whether this node's own lease ended lately (within a grace) while this node was alive:
+  // etcd did not answer it for longer than the TTL.
+  bool own_lease_ended_lately(Clock::time_point now) const {
+    return own_lease_ended && now - *own_lease_ended < grace();
+  }
+  // A silence of the keeper this long means etcd is not answering this node now.
+  Clock::duration silent_after() const { return opts.keep_alive_every * 3 / 2; }
+  // The keeper heard from etcd (any answer about the lease).
+  void answer(Clock::time_point now) {
+    if (answered != Clock::time_point() && now - answered > silent_after()) away_ended = now;
+    answered = now;
+  }
+  void lease_ended(Clock::time_point now) { own_lease_ended = now; }
   std::string will_key() const { return opts.job_prefix + "will/" + hex(lease); }
   std::string will_prefix() const { return opts.job_prefix + "will/"; }
 
@@ -107,10 +127,14 @@ struct EtcdStore::State : std::enable_shared_from_this<EtcdStore::State> {
   std::string id;  // names this client's operation markers
   int64_t op_seq = 0;
   int64_t lease = 0;
-  std::string will_value;  // "" = no will (or cleared)
+  std::string will_value;  // "" = none yet; a cleared will names only the node
   int64_t will_rev = 0;    // this client's first revision: wills are applied from there on
+  int64_t will_lease = 0;  // the lease will_value was last written with
   bool applying = false;   // the will applier runs
   bool keeping = false;
+  Clock::time_point answered;                        // the keeper's last answer from etcd
+  std::optional<Clock::time_point> away_ended;       // etcd answered the keeper after a silence
+  std::optional<Clock::time_point> own_lease_ended;  // seen ended while this node was alive
   bool closed = false;
 };
 
@@ -161,7 +185,22 @@ namespace {
 asio::awaitable<void> new_lease(EtcdStore::State& st, etcd::EtcdClient& client) {
   const auto secs = std::chrono::ceil<std::chrono::seconds>(st.opts.lease_ttl).count();
   st.lease = co_await client.lease_grant(std::max<int64_t>(secs, 1), st.op_deadline());
+  st.answer(Clock::now());
   if (st.opts.on_lease) st.opts.on_lease(st.lease);
+}
+
+// Writes the will under the current lease, until what was written is the current will under
+// the current lease (set_will and the keeper may both write it; the last word is the latest).
+asio::awaitable<void> write_will(EtcdStore::State& st, etcd::EtcdClient& client) {
+  for (;;) {
+    const int64_t lease = st.lease;
+    const std::string value = st.will_value;
+    std::vector<Op> put{{Op::Kind::kPut, st.will_key(), value, lease}};
+    etcd::TxnResult r = co_await client.txn({}, std::move(put), {}, st.op_deadline());
+    st.seen(r.revision);
+    st.will_lease = lease;
+    if (st.lease == lease && st.will_value == value) co_return;
+  }
 }
 
 // Keeps the lease alive every keep_alive_every until the store closes; replaces a lease that
@@ -178,17 +217,20 @@ asio::awaitable<void> keep_lease(std::shared_ptr<EtcdStore::State> st) {
       const Deadline d =
           std::max(kept + st->opts.lease_ttl, Clock::now() + st->opts.keep_alive_every);
       int64_t ttl = co_await st->keeper.lease_keep_alive(st->lease, d);
-      if (ttl > 0) kept = Clock::now();
-      if (ttl > 0 || !st->keeping) continue;
-      sys::log_line("etcd lease " + hex(st->lease) +
-                    " expired (etcd was unreachable for longer than its TTL): the other nodes "
-                    "see this node as gone; taking a new lease");
-      co_await new_lease(*st, st->keeper);
-      kept = Clock::now();
-      if (!st->will_value.empty()) {
-        std::vector<Op> put{{Op::Kind::kPut, st->will_key(), st->will_value, st->lease}};
-        co_await st->keeper.txn({}, std::move(put), {}, Clock::now() + st->opts.op_timeout);
+      st->answer(Clock::now());
+      if (!st->keeping) break;
+      if (ttl > 0) {
+        kept = Clock::now();
+      } else {
+        st->lease_ended(Clock::now());
+        sys::log_line("etcd lease " + hex(st->lease) +
+                      " expired (no answer from etcd for longer than its TTL): taking a new "
+                      "lease and writing this node's will again");
+        co_await new_lease(*st, st->keeper);
+        kept = Clock::now();
       }
+      // The will under the current lease (again, if a write of it failed).
+      if (st->will_lease != st->lease) co_await write_will(*st, st->keeper);
     } catch (const EtcdError& e) {
       if (e.kind() == EtcdError::Kind::kClosed) break;
       // Unavailable: the keeper's outage report has said so; try again next interval.
@@ -317,17 +359,133 @@ asio::awaitable<void> apply_will(EtcdStore::State& st, const std::string& will) 
   co_await st.will_client.txn(std::move(cmp), std::move(ok), {}, st.op_deadline());
 }
 
+// The node a will belongs to: its "n" (the EtcdStore that wrote it, which keeps it across
+// leases), else the whole value (a will written without one).
+std::string node_of(const std::string& will) {
+  try {
+    auto j = nlohmann::json::parse(will);
+    if (j.is_object() && j.contains("n") && j["n"].is_string())
+      return "n:" + j["n"].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  return will;
+}
+
+// Whether a will's value holds a compare-and-set (a cleared will names only its node).
+bool has_will(const std::string& will) {
+  try {
+    auto j = nlohmann::json::parse(will);
+    return j.is_object() && j.contains("k");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Whether this node's own lease is still alive, asked of etcd at once (a keep-alive: etcd
+// answers an expired lease as gone even before it has revoked it). One that ended is noted
+// (and the keeper woken to replace it); no answer within a lease TTL counts as ended too.
+asio::awaitable<bool> own_lease_alive(EtcdStore::State& st) {
+  bool alive = false;
+  try {
+    alive =
+        co_await st.will_client.lease_keep_alive(st.lease, Clock::now() + st.opts.lease_ttl) > 0;
+  } catch (const EtcdError& e) {
+    if (e.kind() == EtcdError::Kind::kClosed) throw;
+  }
+  if (!alive) {
+    st.lease_ended(Clock::now());
+    st.keep_timer.cancel();
+  }
+  co_return alive;
+}
+
 // The will applier, for as long as the store is open: it knows the job's live wills (a read,
 // then a watch of `will/`) and applies each one that disappears. After a lost or quiet watch
 // it reads the live wills again: one known before and absent now ended in between. The first
 // read is as of this client's first request, so no death after it is missed, and nothing
 // depends on etcd's history beyond the current revision.
+//
+// A node's death or the store's absence: a will that disappears while this node's own lease
+// is alive is a node that died while etcd was fine, applied at once. One that disappears
+// while this node's own lease ended too (etcd answered nobody for longer than the TTL: every
+// lease ended together) is held for grace(): each agent whose lease ended that way takes a
+// new one and writes its will again, naming the same node, and only the wills whose node did
+// not come back are applied.
 asio::awaitable<void> apply_wills(std::shared_ptr<EtcdStore::State> st) {
   const std::string prefix = st->will_prefix();
+  const std::string me = node_of(nlohmann::json{{"n", st->id}}.dump());
   std::map<std::string, std::string> known;  // live wills: key -> value
+  struct Held {
+    std::string will;
+    Clock::time_point since;
+  };
+  std::map<std::string, Held> held;  // node -> its will, ended while etcd was away
   bool first = true;
-  auto ended = [&](const std::string& key, const std::string& will) -> asio::awaitable<void> {
-    if (!will.empty() && key != st->will_key()) co_await apply_will(*st, will);
+  auto lives = [&](const std::string& node) {
+    return std::any_of(known.begin(), known.end(),
+                       [&](const auto& kv) { return node_of(kv.second) == node; });
+  };
+  auto ended = [&](const std::string& will) -> asio::awaitable<void> {
+    if (!has_will(will)) co_return;  // cleared
+    const std::string node = node_of(will);
+    if (node == me) {
+      // This node's own will: its lease ended without it (etcd was away). The keeper takes a
+      // new lease and writes the will again at once.
+      st->lease_ended(Clock::now());
+      st->keep_timer.cancel();
+      co_return;
+    }
+    const auto now = Clock::now();
+    if (held.empty() && (!st->keeping || st->lease == 0 ||
+                         (!st->own_lease_ended_lately(now) && co_await own_lease_alive(*st)))) {
+      co_await apply_will(*st, will);  // a node died while etcd was fine: at once
+      co_return;
+    }
+    if (held.empty()) {
+      sys::log_line(
+          "etcd was unreachable for longer than the lease TTL (the leases ended with it): not "
+          "a node loss unless a node does not re-register within " +
+          sys::seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(st->grace())));
+    }
+    held[node] = Held{will, now};
+  };
+  // Drops the held wills whose node wrote its will again, applies those whose grace is over.
+  // The grace counts from when etcd answered this node again.
+  auto settle = [&]() -> asio::awaitable<void> {
+    if (held.empty()) co_return;
+    bool lost = false;
+    for (auto it = held.begin(); it != held.end();) {
+      const auto now = Clock::now();
+      const auto from = std::max(it->second.since, st->away_ended.value_or(it->second.since));
+      if (lives(it->first)) {
+        it = held.erase(it);
+      } else if (now - from >= st->grace() && now - st->answered <= st->silent_after()) {
+        sys::log_line(
+            "a node whose etcd lease ended while etcd was unreachable did not "
+            "re-register within " +
+            sys::seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(st->grace())) +
+            ": applying its will");
+        lost = true;
+        const std::string will = it->second.will;
+        it = held.erase(it);
+        co_await apply_will(*st, will);
+      } else {
+        ++it;
+      }
+    }
+    if (held.empty() && !lost) {
+      sys::log_line(
+          "etcd was unreachable for longer than the lease TTL (the leases ended together): not "
+          "a node loss; every node re-registered");
+    }
+  };
+  // When the next held will's grace may be over.
+  auto next_due = [&]() {
+    auto due = Clock::time_point::max();
+    for (const auto& [node, h] : held) {
+      due = std::min(due, std::max(h.since, st->away_ended.value_or(h.since)) + st->grace());
+    }
+    return due;
   };
   while (!st->closed) {
     try {
@@ -338,10 +496,15 @@ asio::awaitable<void> apply_wills(std::shared_ptr<EtcdStore::State> st) {
       const int64_t rev = first ? st->will_rev : r.revision;
       std::map<std::string, std::string> live;
       for (auto& kv : r.kvs) live.emplace(std::move(kv.key), std::move(kv.value));
+      std::vector<std::string> gone;
       for (const auto& [key, will] : known) {
-        if (!live.count(key)) co_await ended(key, will);  // applying twice is harmless
+        if (!live.count(key)) gone.push_back(will);
       }
       known = std::move(live);
+      for (const auto& will : gone) {
+        co_await ended(will);  // applying twice is harmless
+      }
+      co_await settle();
       first = false;
       if (!st->will_watch) {
         st->will_watch = std::make_unique<etcd::EtcdWatch>(st->executor, st->opts.client);
@@ -350,16 +513,20 @@ asio::awaitable<void> apply_wills(std::shared_ptr<EtcdStore::State> st) {
                                      Clock::now() + st->opts.op_timeout);
       for (;;) {
         // Quiet for a keep-alive interval: read again, in case the member stopped answering.
-        auto batch = co_await st->will_watch->next(Clock::now() + st->opts.quiet());
+        // A held will's grace ending wakes it too.
+        auto batch = co_await st->will_watch->next(
+            std::min<Deadline>(Clock::now() + st->opts.quiet(), next_due()));
         if (!batch) break;
         for (auto& ev : *batch) {
           if (!ev.deleted) {
             known[ev.kv.key] = ev.kv.value;
           } else if (auto it = known.find(ev.kv.key); it != known.end()) {
-            co_await ended(it->first, it->second);
+            const std::string will = std::move(it->second);
             known.erase(it);
+            co_await ended(will);
           }
         }
+        co_await settle();
       }
     } catch (const EtcdError& e) {
       if (e.kind() == EtcdError::Kind::kClosed || st->closed) break;
@@ -423,16 +590,18 @@ asio::awaitable<void> EtcdStore::set_will(std::string key, std::string expected,
       st->keeping = true;
       asio::co_spawn(st->executor, keep_lease(st), asio::detached);
     }
-    st->will_value = key.empty() ? std::string()
-                                 : nlohmann::json{{"k", etcd::base64_encode(key)},
-                                                  {"e", etcd::base64_encode(expected)},
-                                                  {"d", etcd::base64_encode(desired)}}
-                                       .dump();
+    // The will names this store (the node), so that the others recognise it written again
+    // under a new lease; a cleared will names only that.
+    nlohmann::json will{{"n", st->id}};
+    if (!key.empty()) {
+      will["k"] = etcd::base64_encode(key);
+      will["e"] = etcd::base64_encode(expected);
+      will["d"] = etcd::base64_encode(desired);
+    }
+    st->will_value = will.dump();
     for (int attempt = 0;; ++attempt) {
       try {
-        std::vector<Op> put{{Op::Kind::kPut, st->will_key(), st->will_value, st->lease}};
-        etcd::TxnResult r = co_await st->client.txn({}, std::move(put), {}, st->op_deadline());
-        st->seen(r.revision);
+        co_await write_will(*st, st->client);
         break;
       } catch (const EtcdError& e) {
         if (attempt > 0 || e.kind() != EtcdError::Kind::kRequest ||
@@ -441,7 +610,8 @@ asio::awaitable<void> EtcdStore::set_will(std::string key, std::string expected,
         }
       }
       // The lease expired while this node was cut off from etcd (the keep-alive may not have
-      // noticed yet): the others have seen this node go; it comes back with a new lease.
+      // noticed yet): it comes back with a new lease.
+      st->lease_ended(Clock::now());
       sys::log_line("etcd lease " + hex(st->lease) +
                     " expired (this node was cut off from etcd "
                     "for longer than its TTL): taking a new lease");

@@ -17,18 +17,29 @@
 //   * the last will: the first set_will grants this client an etcd lease (TTL = keep-alive
 //     interval x attempts) and keeps it alive every interval on a connection of its own; the
 //     will is a key `<job_prefix>will/<lease>` bound to the lease, holding (key, expected,
-//     desired). When the lease ends (revoked by end() or by ddprun's guardian when the agent
-//     dies; expired when its host vanished) etcd deletes that key. Every client made with
+//     desired) and the node ("n": this store's id, the same under every lease it takes).
+//     When the lease ends (revoked by end() or by ddprun's guardian when the agent dies;
+//     expired when its host vanished) etcd deletes that key. Every client made with
 //     apply_wills knows the job's live wills (read as of its first operation, then watched)
 //     and applies the compare-and-set of each that disappears; the first one wins. After a
 //     lost or quiet watch it reads them again and applies those that vanished meanwhile. A
-//     cleared will is the same key with an empty value.
+//     cleared will is the same key naming only the node.
+//   * a node's death or etcd's absence: a will that disappears while this client's own lease
+//     is alive (a keep-alive sent then is answered with a TTL) is a node that died, applied
+//     at once. One that disappears while this node's own lease ended too (within grace() of
+//     the keeper's "expired", of this node's own will disappearing, or of that keep-alive
+//     answering "gone" or not at all within a TTL) ended because etcd answered nobody for
+//     longer than the TTL: it is held for grace() (the lease TTL + 2 keep-alive intervals,
+//     counted from when etcd answers this node again) and applied only if no will naming the
+//     same node appears meanwhile (each agent takes a new lease and writes its will again
+//     when its keep-alive is answered "gone").
 //
 // Outages: an operation retries across the members until `op_timeout` (read_timeout) and then
 // throws StoreError(kConnect) naming the endpoints; a wait without a deadline never gives up (a
 // running round's watcher waits out an etcd outage; the keep-alive connection logs when etcd
 // stops and starts answering). A lease that expired anyway (an outage longer than its TTL) is
-// replaced and the will written again.
+// replaced and the will written again (by the keeper; at once when the applier sees this
+// node's own will deleted).
 //
 // Threads: one executor, one operation at a time, as RendezvousStore says.
 #pragma once
