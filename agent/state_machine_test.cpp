@@ -91,7 +91,9 @@ TEST(StateMachine, OnlyFailuresDependOnTheRestartBudget) {
 
 TEST(StateMachine, StoppingActionsEndOutsideHealthy) {
   for (const Row& r : kTable) {
-    if (r.decision.stop_workers) EXPECT_NE(r.decision.next, S::kHealthy);
+    if (r.decision.stop_workers) {
+      EXPECT_NE(r.decision.next, S::kHealthy);
+    }
     if (r.decision.action == A::kRestart || r.decision.action == A::kReform) {
       EXPECT_EQ(r.decision.next, S::kInit);
     }

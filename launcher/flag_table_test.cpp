@@ -21,7 +21,9 @@ TEST(FlagTable, EveryRowIsComplete) {
                                              "health",  "entrypoint", "logs",       "ssh"};
   for (const Flag& f : flag_table()) {
     EXPECT_TRUE(names.insert(f.name).second) << f.name;
-    if (f.short_name) EXPECT_TRUE(shorts.insert(f.short_name).second) << f.name;
+    if (f.short_name) {
+      EXPECT_TRUE(shorts.insert(f.short_name).second) << f.name;
+    }
     EXPECT_NE(f.apply, nullptr) << f.name;
     EXPECT_FALSE(f.help.empty()) << f.name;
     EXPECT_TRUE(groups.count(f.group)) << f.name;
