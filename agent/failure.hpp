@@ -68,7 +68,7 @@ ProcessFailure make_failure(int local_rank, int global_rank, pid_t pid, ExitStat
 // ddprun observed them. `failures` must not be empty.
 const ProcessFailure& root_cause(const std::vector<ProcessFailure>& failures);
 
-// The summary, in torchrun's layout ("Logs and failures" in README.md).
+// The summary, in torchrun's layout (docs/logs-and-failures.md).
 std::string format_failure_summary(std::string_view title,
                                    const std::vector<ProcessFailure>& failures,
                                    std::string_view host);

@@ -38,7 +38,7 @@ struct WorkerSpec {
 
   bool virtual_local_rank = false;  // LOCAL_RANK=0, one device in CUDA_VISIBLE_DEVICES
 
-  // Hangs (agent/hang/, README "Hangs"). A worker that has beaten once and then sends no
+  // Hangs (agent/hang/, docs/hangs-health-events.md). A worker that has beaten once and then sends no
   // heartbeat for hang_timeout is hung; one that sends no first beat within
   // hang_start_timeout of its start too. 0: off.
   std::chrono::milliseconds hang_timeout{0};

@@ -1,4 +1,4 @@
-// How ddprun turns the entrypoint into the worker command (see README.md, "The entrypoint"):
+// How ddprun turns the entrypoint into the worker command (launcher/README.md, "The entrypoint"):
 //   script.py       -> $PYTHON_EXEC (else python3) -u script.py ARGS   (the file must exist)
 //   -m module       -> $PYTHON_EXEC (else python3) -u -m module ARGS
 //   --no-python P   -> P ARGS                                          (P must be executable)

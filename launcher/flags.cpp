@@ -173,7 +173,7 @@ const std::vector<Flag>& flag_table() {
        .help = "fork a Python entrypoint's workers, at every start, from a zygote that has "
                "imported --warm-start-modules, so a restart skips the imports; auto: on when "
                "workers may start more than once (--max-restarts above 0, or an elastic "
-               "c10d/etcd job) (README \"Warm start\")",
+               "c10d/etcd job) (docs/recovery.md)",
        .group = "workers"},
       {.name = "warm_start_modules",
        .metavar = "M,...",
@@ -187,8 +187,7 @@ const std::vector<Flag>& flag_table() {
        .apply = v::memory_checkpoints,
        .help = "bound of the job's in-memory checkpoints: a tmpfs directory private to the job "
                "that outlives its workers (DDPRUN_MEMORY_CHECKPOINT_DIR), removed when the job "
-               "ends; a size (8G), a share of the node's memory, or off (README \"In-memory "
-               "checkpoints\")",
+               "ends; a size (8G), a share of the node's memory, or off (docs/recovery.md)",
        .group = "workers"},
       {.name = "numa_binding",
        .metavar = "MODE",
@@ -201,7 +200,7 @@ const std::vector<Flag>& flag_table() {
        .default_value = "0",
        .apply = v::hang_timeout,
        .help = "a worker that has sent a heartbeat and then none for SECONDS is hung: its stacks "
-               "are saved and the group restarts (0: off; README \"Hangs, health and events\")",
+               "are saved and the group restarts (0: off; docs/hangs-health-events.md)",
        .group = "health"},
       {.name = "hang_start_timeout",
        .metavar = "SECONDS",
@@ -308,7 +307,7 @@ const std::vector<Flag>& flag_table() {
        .apply = v::hosts,
        .fanout = F::kLauncher,
        .help = "start the job on these hosts over ssh, one node each, in this order (node 0 "
-               "hosts the store); the flags go to every node (README \"Several nodes over ssh\")",
+               "hosts the store); the flags go to every node (docs/multi-node.md)",
        .group = "ssh"},
       {.name = "hostfile",
        .metavar = "FILE",

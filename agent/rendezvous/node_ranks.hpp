@@ -3,7 +3,7 @@
 // descriptors, in join order) and gets the same answer, so no rank assignment is written to
 // the store.
 //
-// The rule (documented in agent/README.md):
+// The rule (documented in agent/rendezvous/README.md):
 //   1. A node's --node-rank hint is honoured when it is in [0, n) and no node that joined
 //      earlier claimed the same rank.
 //   2. The other nodes take the free ranks in increasing order, sorted by their advertised

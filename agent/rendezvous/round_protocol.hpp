@@ -1,5 +1,5 @@
 // RoundProtocol: the multi-node rendezvous itself, as coroutines over a RendezvousStore (see
-// agent/README.md, "Multi-node rendezvous", for the keys and the rules). StoreRendezvous runs
+// agent/rendezvous/README.md, "Multi-node rendezvous": the keys and rules). StoreRendezvous runs
 // it on the agent's io_context over the c10d store; tests run N of them as N threads over a
 // MemoryStore; the benchmark harness drives many over a real store.
 //

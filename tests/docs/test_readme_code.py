@@ -1,7 +1,8 @@
-"""A code block in a README that is preceded by `<!-- code: PATH [NAME] -->` must be, word for
-word, the file PATH (relative to the repository root), or with NAME the lines between
-`README NAME begin` and `README NAME end` comments in it (common indentation removed). So the
-examples a user copies are the ones the tests compile and run, and they cannot drift apart."""
+"""A code block in a README or a guide under docs/ that is preceded by
+`<!-- code: PATH [NAME] -->` must be, word for word, the file PATH (relative to the repository
+root), or with NAME the lines between `README NAME begin` and `README NAME end` comments in it
+(common indentation removed). So the examples a user copies are the ones the tests compile and
+run, and they cannot drift apart."""
 import pathlib
 import re
 import textwrap
@@ -14,7 +15,9 @@ MARK = re.compile(r"<!-- code: (\S+)(?: (\S+))? -->\n+( *)```\w*\n(.*?)^\3```", 
 
 
 def readmes():
-    return sorted(p for p in ROOT.rglob("README.md")
+    """Every README.md, and the user guides under docs/."""
+    found = set(ROOT.rglob("README.md")) | set((ROOT / "docs").rglob("*.md"))
+    return sorted(p for p in found
                   if not any(part.startswith(".") or part.startswith("build") for part in
                              p.relative_to(ROOT).parts))
 

@@ -4,7 +4,7 @@
 // namespaces), the buckets can live in one shared mapping instead: each rank's gradients sit in
 // its own slot, each rank sums a 1/world slice across all slots and writes the sum back into
 // every slot. That is about 2x the bucket's bytes of memory traffic per rank, several times
-// cheaper than the TCP path on a small machine (worker-sdk/README.md has figures).
+// cheaper than the TCP path on a small machine (tests/bench/README.md has figures).
 //
 // One worker thread per transport runs the operations in submission order, which is the same on
 // every rank. Ranks synchronise with a barrier of atomics in the mapping (futex waits, no

@@ -1,4 +1,4 @@
-"""The documented way for a Python worker to beat (README "Hangs, health and events"), shared
+"""The documented way for a Python worker to beat (docs/hangs-health-events.md), shared
 by the test workers: `from beat import heartbeat`."""
 import os
 import socket

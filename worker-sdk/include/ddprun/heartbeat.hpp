@@ -1,4 +1,4 @@
-// Heartbeats to the ddprun agent (`ddprun --hang-timeout=SEC`, README "Hangs").
+// Heartbeats to the ddprun agent (`ddprun --hang-timeout=SEC`, docs/hangs-health-events.md).
 //
 // The SDK beats on its own after every completed collective (Work::wait, barrier, all_gather)
 // and at the end of every synchronised backward pass of DistributedDataParallel, so a C++
