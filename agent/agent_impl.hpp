@@ -69,6 +69,9 @@ class Agent::Impl {
   // What ends the running attempt now, or nothing (the monitor phase asks after each event).
   std::optional<Observed> judge();
   boost::asio::awaitable<Observed> worker_failed();
+  // How long a node waits for the other nodes' evidence of a hang.
+  static constexpr std::chrono::milliseconds kHangEvidenceWait{3000};
+  boost::asio::awaitable<void> explain_hang();
 
   std::optional<Observed> open_parts();  // hang monitor, event log, health endpoints
   void open_memory_checkpoints();

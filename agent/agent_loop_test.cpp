@@ -78,7 +78,7 @@ class ScriptedRendezvous final : public RendezvousHandler {
   std::optional<RoundEnd> round_end() const override { return round_end_; }
   void on_round_end(std::function<void()> callback) override { callback_ = std::move(callback); }
 
-  asio::awaitable<RoundEnd> report_failure() override {
+  asio::awaitable<RoundEnd> report_failure(bool) override {
     if (round_end_) co_return *round_end_;  // the first event of the round wins
     RoundEnd end{RoundEnd::Kind::kWorkerFailed, "a worker failed",
                  may_restart(restarts_, max_restarts_)};

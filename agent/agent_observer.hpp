@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "agent/hang/collective_judge.hpp"
 #include "agent/hang/watchdog.hpp"
 #include "agent/process/exit_status.hpp"
 #include "agent/process/stack_dump.hpp"
@@ -69,6 +70,11 @@ class AgentObserver {
   // A hung worker's stacks were taken.
   virtual void on_hang_captured(const Hang& hang, int rank, const StackDump& stacks, int attempt) {
     (void)hang, (void)rank, (void)stacks, (void)attempt;
+  }
+  // A hang's collective was judged (flight recorders and stacks, before the stop): who waits,
+  // in which collective, for whom. Only when the evidence showed a collective in flight.
+  virtual void on_collective_judged(const CollectiveVerdict& verdict, int attempt) {
+    (void)verdict, (void)attempt;
   }
   // A worker still ran --exit-timeout after another exited 0: its stacks were taken, it stops.
   virtual void on_exit_hang(const StartedWorker& worker, const std::string& why,

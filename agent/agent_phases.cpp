@@ -114,6 +114,10 @@ asio::awaitable<Observed> Agent::Impl::monitor_phase() {
   for (;;) {
     if (auto seen = judge()) {
       if (seen->event == Event::kWorkerFailed) co_return co_await worker_failed();
+      if (hangs_ && seen->event == Event::kPeerFailed && rdzv_->round_end()->hang) {
+        co_await hangs_->capture_for_peer(attempt());
+        co_await explain_hang();
+      }
       co_return *seen;
     }
     const auto deadline = exit_deadline().value_or(Clock::time_point::max());
@@ -147,10 +151,23 @@ asio::awaitable<Observed> Agent::Impl::worker_failed() {
   const bool hung = hangs_ && hangs_->any_found();
   if (hung) co_await hangs_->capture(attempt(), observers_, reported_);
   failures_ = collect_failures(false);
-  RoundEnd end = co_await rdzv_->report_failure();
+  RoundEnd end = co_await rdzv_->report_failure(hung);
+  if (hung) co_await explain_hang();
   Observed seen = observed(end, true);
   if (hung && seen.event == Event::kWorkerFailed) seen.event = Event::kWorkerHung;
   co_return seen;
+}
+
+// A hang, before the workers stop: this node's evidence and every other node's (through the
+// rendezvous), judged the same way on every node.
+asio::awaitable<void> Agent::Impl::explain_hang() {
+  auto mine = co_await hangs_->local_evidence(attempt());
+  auto parts = co_await rdzv_->exchange_hang_evidence(encode_evidence(mine), kHangEvidenceWait);
+  std::vector<RankEvidence> all;
+  for (const auto& part : parts) {
+    for (auto& r : decode_evidence(part)) all.push_back(std::move(r));
+  }
+  hangs_->judge(attempt(), all, observers_);
 }
 
 asio::awaitable<Observed> Agent::Impl::exit_barrier_phase() {

@@ -106,6 +106,17 @@ void EventLogObserver::on_hang_captured(const Hang& hang, int rank, const StackD
                      {"attempt", attempt}});
 }
 
+void EventLogObserver::on_collective_judged(const CollectiveVerdict& v, int attempt) {
+  log_.emit("collective_hang", {{"summary", v.line},
+                                {"seq", v.seq},
+                                {"op", v.op},
+                                {"pg", v.pg},
+                                {"waiting", v.waiting},
+                                {"culprits", v.culprits},
+                                {"source", v.from_flight_recorder ? "flight_recorder" : "stacks"},
+                                {"attempt", attempt}});
+}
+
 void EventLogObserver::on_exit_hang(const StartedWorker& w, const std::string& why,
                                     const StackDump& stacks, int attempt) {
   log_.emit("exit_hang", {{"local_rank", w.local_rank},

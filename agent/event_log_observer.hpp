@@ -20,6 +20,7 @@ class EventLogObserver final : public AgentObserver {
   void on_worker_exit(const ExitedWorker& exit) override;
   void on_hang_ignored(const Hang& hang, int rank) override;
   void on_hang_captured(const Hang& hang, int rank, const StackDump& stacks, int attempt) override;
+  void on_collective_judged(const CollectiveVerdict& verdict, int attempt) override;
   void on_exit_hang(const StartedWorker& worker, const std::string& why, const StackDump& stacks,
                     int attempt) override;
   void on_transition(WorkerState from, const Decision& d, const Observed& seen,

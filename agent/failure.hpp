@@ -57,6 +57,7 @@ struct ProcessFailure {
   std::string hang;                     // "no heartbeat for 60 s"; empty: not a hang
   std::string stacks_path;              // the stack dump in the attempt's log directory
   std::vector<std::string> stack_head;  // its first frames, for the summary
+  std::string collective;  // the hang's collective judgement (agent/hang/collective_judge.hpp)
 };
 
 // Builds the failure of one worker from its exit code and error file.

@@ -1,13 +1,22 @@
 #include "agent/hang_monitor.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "agent/process/log_dir.hpp"
 #include "store/sys/log.hpp"
+#include "store/sys/net.hpp"
 #include "store/sys/time_text.hpp"
 
 namespace ddprun::agent {
@@ -22,6 +31,38 @@ void log_stacks(const StackDump& dump) {
   sys::log_line("  stacks: " + dump.path + " (" + took + " s)");
   for (const auto& line : dump.head) sys::log_line("    " + line);
   for (const auto& note : dump.notes) sys::log_line("  note: " + note);
+}
+
+constexpr size_t kMaxTraceBytes = 64 << 20;  // a dump of 2,000 entries is about 1 MB
+
+std::string answer_path(const std::string& dir, int rank) {
+  return dir + "/rank_" + std::to_string(rank) + ".json";
+}
+
+// The worker's answer, parsed; nullopt when it has none, or said why not (`note`).
+std::optional<RankTrace> read_answer(const std::string& path, std::string& note) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return std::nullopt;
+  const auto size = static_cast<size_t>(std::max<std::streamoff>(in.tellg(), 0));
+  if (size > kMaxTraceBytes) {
+    note = "flight recorder dump over 64 MiB: not read";
+    return std::nullopt;
+  }
+  std::string text(size, '\0');
+  in.seekg(0);
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.find("\"ddprun_no_trace\"") != std::string::npos && text.size() < 4096) {
+    auto doc = nlohmann::json::parse(text, nullptr, false);
+    if (doc.is_object() && doc["ddprun_no_trace"].is_string()) {
+      note = doc["ddprun_no_trace"].get<std::string>();
+      return std::nullopt;
+    }
+  }
+  std::string error;
+  auto trace = parse_flight_recorder_json(text, &error);
+  if (!trace) note = "unreadable flight recorder dump (" + error + ")";
+  return trace;
 }
 
 }  // namespace
@@ -53,6 +94,8 @@ AgentEndpoints HangMonitor::endpoints() const {
 void HangMonitor::watch(std::vector<WatchedWorker> workers) {
   pending_.clear();
   hung_.clear();
+  places_.clear();
+  verdict_ = {};
   watchdog_->watch(std::move(workers));
 }
 
@@ -70,7 +113,8 @@ asio::awaitable<StackDump> HangMonitor::stacks_of(pid_t pid, const AttemptView& 
 
 asio::awaitable<void> HangMonitor::capture(const AttemptView& attempt, const Observers& observers,
                                            std::set<int>& reported) {
-  watchdog_->unwatch();  // the group is stopping: one report per hang
+  watchdog_->unwatch();     // the group is stopping: one report per hang
+  request_traces(attempt);  // the workers answer while their stacks are taken
   const int round_attempt = attempt.group.round().restart_count;
   while (!pending_.empty()) {
     const Hang hang = pending_.front();
@@ -89,9 +133,83 @@ asio::awaitable<void> HangMonitor::capture(const AttemptView& attempt, const Obs
     observers.each(
         [&](AgentObserver& o) { o.on_hang_captured(hang, w.global_rank, dump, round_attempt); });
     reported.insert(hang.local_rank);
+    places_[hang.local_rank] = dump.place;
     hung_.push_back({hang, std::move(dump), found_at});
   }
   co_await capture_silent_peers(attempt);
+}
+
+void HangMonitor::request_traces(const AttemptView& attempt) {
+  const std::string dir = flight_recorder_dir(attempt.log_dir);
+  requested_ = std::chrono::steady_clock::now();
+  for (const Worker& w : attempt.group.workers()) {
+    ::unlink(answer_path(dir, w.global_rank).c_str());
+  }
+  // A new file (temp + rename: a new inode) is a new request to the responders.
+  const std::string tmp = dir + "/request.tmp";
+  std::ofstream(tmp) << attempt.group.round().restart_count << "\n";
+  if (::rename(tmp.c_str(), (dir + "/request").c_str()) != 0) {
+    sys::log_line("  note: cannot ask the workers for their flight recorders in " + dir);
+  }
+}
+
+asio::awaitable<void> HangMonitor::capture_for_peer(const AttemptView& attempt) {
+  watchdog_->unwatch();
+  request_traces(attempt);
+  co_await capture_silent_peers(attempt);
+}
+
+asio::awaitable<std::vector<RankEvidence>> HangMonitor::local_evidence(const AttemptView& attempt) {
+  const std::string dir = flight_recorder_dir(attempt.log_dir);
+  const auto& workers = attempt.group.workers();
+  auto unanswered = [&] {
+    size_t n = 0;
+    for (const Worker& w : workers) {
+      struct stat st {};
+      if (!attempt.processes.exit_of(w.local_rank) &&
+          ::stat(answer_path(dir, w.global_rank).c_str(), &st) != 0) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  asio::steady_timer timer(io_);
+  while (unanswered() > 0 && std::chrono::steady_clock::now() < requested_ + kTraceWait) {
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+  std::vector<RankEvidence> evidence;
+  std::vector<std::string> notes;
+  size_t traced = 0;
+  for (const Worker& w : workers) {
+    RankEvidence r;
+    r.rank = w.global_rank;
+    r.host = sys::fq_host_name();
+    r.pid = attempt.processes.pid_of(w.local_rank);
+    std::string note;
+    r.trace = read_answer(answer_path(dir, w.global_rank), note);
+    if (r.trace) ++traced;
+    if (!note.empty()) notes.push_back("rank " + std::to_string(w.global_rank) + ": " + note);
+    if (auto p = places_.find(w.local_rank); p != places_.end()) r.place = p->second;
+    evidence.push_back(std::move(r));
+  }
+  sys::log_line("  flight recorders: " + std::to_string(traced) + " of " +
+                std::to_string(workers.size()) + " workers answered" +
+                (notes.empty() ? std::string() : " (" + notes.front() + ")"));
+  co_return evidence;
+}
+
+void HangMonitor::judge(const AttemptView& attempt, const std::vector<RankEvidence>& evidence,
+                        const Observers& observers) {
+  const auto& workers = attempt.group.workers();
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  verdict_ =
+      judge_collective_hang(evidence, workers.empty() ? 0 : workers.front().world_size,
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+  if (verdict_.line.empty()) return;
+  sys::log_line("collective hang: " + verdict_.line);
+  const int round_attempt = attempt.group.round().restart_count;
+  observers.each([&](AgentObserver& o) { o.on_collective_judged(verdict_, round_attempt); });
 }
 
 // In a collective hang every rank goes silent at about the same moment, and the first one
@@ -111,6 +229,7 @@ asio::awaitable<void> HangMonitor::capture_silent_peers(const AttemptView& attem
     sys::log_line(worker_name(w, pid) + " has been silent for " + sys::seconds_text(silent) +
                   " as well: capturing its stacks");
     StackDump dump = co_await stacks_of(pid, attempt, w.local_rank);
+    places_[w.local_rank] = dump.place;
     if (dump.path.empty()) {
       for (const auto& note : dump.notes) sys::log_line("  " + note);
     } else {
@@ -156,6 +275,7 @@ void HangMonitor::add_failures(const AttemptView& attempt,
     f.hang = h.hang.describe();
     f.stacks_path = h.stacks.path;
     f.stack_head = h.stacks.head;
+    f.collective = verdict_.line;
     failures.push_back(std::move(f));
   }
 }

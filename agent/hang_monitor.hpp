@@ -10,7 +10,9 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -18,6 +20,7 @@
 
 #include "agent/agent_observer.hpp"
 #include "agent/failure.hpp"
+#include "agent/hang/collective_judge.hpp"
 #include "agent/hang/watchdog.hpp"
 #include "agent/process/process_context.hpp"
 #include "agent/worker_group.hpp"
@@ -56,14 +59,31 @@ class HangMonitor {
 
   // Takes the stacks of every hang found (and sends a FileTimer scope's signal), then those of
   // the node's other workers silent for half the hang timeout: in a collective hang the first
-  // rank reported need not be the culprit. Local ranks with stacks go into `reported`.
+  // rank reported need not be the culprit. Local ranks with stacks go into `reported`. The
+  // workers are asked for their flight recorders first, and answer meanwhile.
   boost::asio::awaitable<void> capture(const AttemptView& attempt, const Observers& observers,
                                        std::set<int>& reported);
+  // Another node reported a hung worker: this node's part of the evidence, the stacks of its
+  // silent workers and the flight recorders of all.
+  boost::asio::awaitable<void> capture_for_peer(const AttemptView& attempt);
+  // This node's evidence for the collective judgement: every worker's flight-recorder answer
+  // (awaited until all answered, at most kTraceWait after the request) and where its stacks
+  // placed it.
+  boost::asio::awaitable<std::vector<RankEvidence>> local_evidence(const AttemptView& attempt);
+  // Judges the collective from every node's evidence (collective_judge.hpp); the line goes to
+  // the console, the observers and this attempt's hung failures.
+  void judge(const AttemptView& attempt, const std::vector<RankEvidence>& evidence,
+             const Observers& observers);
   // The workers still running --exit-timeout after another exited 0: their stacks, logged and
   // reported; returns their local ranks (the loop stops them).
   boost::asio::awaitable<std::set<int>> capture_exit_hangs(const AttemptView& attempt,
                                                            const Observers& observers);
-  // The hung workers of this attempt as failures (after the stop), with their stacks.
+  // How long the workers' flight-recorder answers are awaited after the stacks (a worker that
+  // does not run the responder never answers).
+  static constexpr std::chrono::milliseconds kTraceWait{1000};
+
+  // The hung workers of this attempt as failures (after the stop), with their stacks (and the
+  // collective judgement).
   void add_failures(const AttemptView& attempt, std::vector<ProcessFailure>& failures) const;
 
  private:
@@ -76,13 +96,18 @@ class HangMonitor {
   boost::asio::awaitable<StackDump> stacks_of(pid_t pid, const AttemptView& attempt,
                                               int local_rank);
   boost::asio::awaitable<void> capture_silent_peers(const AttemptView& attempt);
+  // Asks every running worker for its flight recorder (a new request file).
+  void request_traces(const AttemptView& attempt);
 
   boost::asio::io_context& io_;
   const WorkerSpec& spec_;
   sys::TempDir runtime_dir_;
   std::unique_ptr<Watchdog> watchdog_;
-  std::vector<Hang> pending_;  // found, stacks not taken yet
-  std::vector<Hung> hung_;     // this attempt's, with their stacks
+  std::vector<Hang> pending_;         // found, stacks not taken yet
+  std::vector<Hung> hung_;            // this attempt's, with their stacks
+  std::map<int, StackPlace> places_;  // local rank -> where its stacks placed it
+  std::chrono::steady_clock::time_point requested_;
+  CollectiveVerdict verdict_;  // this attempt's collective judgement (line empty: none)
 };
 
 // "rank 3 (local rank 1, pid 4133)": how log lines name a worker.

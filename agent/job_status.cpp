@@ -107,6 +107,7 @@ std::string render_status_json(const JobStatus& s) {
       {"state", s.state},
       {"healthy", s.healthy},
       {"reason", s.reason},
+      {"hang_diagnosis", s.hang_diagnosis},
       {"round", s.round},
       {"restart_count", s.restart_count},
       {"max_restarts", s.max_restarts},

@@ -38,7 +38,8 @@ struct JobStatus {
   std::string job_id;
   std::string state;  // the worker group's state: INIT, HEALTHY, UNHEALTHY, ...
   bool healthy = true;
-  std::string reason;  // one line: why (un)healthy
+  std::string reason;          // one line: why (un)healthy
+  std::string hang_diagnosis;  // the last collective hang's judgement (empty: none)
   int round = 0;
   int restart_count = 0;
   int max_restarts = 0;

@@ -35,6 +35,10 @@ void StatusObserver::on_hang_found(const Hang& hang, int rank) {
   unhealthy_reason_ = "rank " + std::to_string(rank) + " hung: " + hang.describe();
 }
 
+void StatusObserver::on_collective_judged(const CollectiveVerdict& verdict, int) {
+  hang_diagnosis_ = verdict.line;
+}
+
 void StatusObserver::on_exit_hang(const StartedWorker& w, const std::string&, const StackDump&,
                                   int) {
   exit_hung_.insert(w.local_rank);
@@ -55,6 +59,7 @@ JobStatus StatusObserver::snapshot() const {
   const auto now = std::chrono::steady_clock::now();
   JobStatus s;
   s.job_id = job_id_;
+  s.hang_diagnosis = hang_diagnosis_;
   s.state = std::string(to_string(state_));
   s.round = round_.round;
   s.restart_count = round_.restart_count;

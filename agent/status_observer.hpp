@@ -41,6 +41,7 @@ class StatusObserver final : public AgentObserver {
   void on_attempt(const RendezvousInfo& round, const std::vector<StartedWorker>& workers) override;
   void on_worker_exit(const ExitedWorker& exit) override;
   void on_hang_found(const Hang& hang, int rank) override;
+  void on_collective_judged(const CollectiveVerdict& verdict, int attempt) override;
   void on_exit_hang(const StartedWorker& worker, const std::string& why, const StackDump& stacks,
                     int attempt) override;
   void on_transition(WorkerState from, const Decision& d, const Observed& seen,
@@ -62,6 +63,7 @@ class StatusObserver final : public AgentObserver {
   // The first cause noted in a round: a hang's description outlives the transition and the
   // stop that follow it.
   std::string unhealthy_reason_;
+  std::string hang_diagnosis_;  // kept across attempts: the last one
 };
 
 }  // namespace ddprun::agent

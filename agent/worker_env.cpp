@@ -34,7 +34,8 @@ std::optional<std::string> virtual_device(const std::vector<std::string>& env, i
 }
 
 std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker& worker,
-                                          const std::string& error_file) {
+                                          const std::string& error_file,
+                                          const std::string& flight_recorder_dir) {
   const WorkerSpec& spec = group.spec();
   const RendezvousInfo& round = group.round();
   const auto& base = spec.base_env;
@@ -66,6 +67,15 @@ std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker
   }
   if (!group.endpoints().timer_file.empty()) {
     set["TORCHELASTIC_TIMER_FILE"] = group.endpoints().timer_file;
+  }
+  if (!flight_recorder_dir.empty()) {
+    set["DDPRUN_FLIGHT_RECORDER"] = flight_recorder_dir;
+    // torch's own dumps (a collective's timeout on NCCL, _dump_fr_trace_file) beside ours,
+    // unless the user chose a place under either of torch's names.
+    if (!find_env(base, "TORCH_FR_DUMP_TEMP_FILE") &&
+        !find_env(base, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")) {
+      set["TORCH_FR_DUMP_TEMP_FILE"] = flight_recorder_dir + "/rank_";
+    }
   }
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
     auto parent = find_env(base, name);

@@ -66,7 +66,12 @@ std::string RunLogDir::make_attempt(int restart_count, int local_world_size) con
     attempt = path_ + "/attempt_" + std::to_string(restart_count) + "." + std::to_string(k);
   }
   for (int r = 0; r < local_world_size; ++r) make_dir(attempt + "/" + std::to_string(r));
+  make_dir(flight_recorder_dir(attempt));
   return attempt;
+}
+
+std::string flight_recorder_dir(const std::string& attempt_dir) {
+  return attempt_dir + "/flight_recorder";
 }
 
 void RunLogDir::remove_temporary() {

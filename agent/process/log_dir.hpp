@@ -1,5 +1,6 @@
 // RunLogDir: the job's log directory, torchrun's layout:
 //   <log_dir>/<run_id>_<random>/attempt_<N>/<local_rank>/{stdout.log,stderr.log,error.json}
+// and attempt_<N>/flight_recorder/ (flight_recorder_dir below).
 // Earlier attempts' directories are kept (torchrun deletes an attempt's logs when a
 // membership change repeats its number; ddprun then uses attempt_<N>.1, attempt_<N>.2, ...).
 #pragma once
@@ -17,8 +18,8 @@ class RunLogDir {
   const std::string& path() const { return path_; }
   bool temporary() const { return temporary_; }
 
-  // Creates attempt_<N>/ (attempt_<N>.<k> if it exists) and one directory per local rank;
-  // returns its path.
+  // Creates attempt_<N>/ (attempt_<N>.<k> if it exists), one directory per local rank and the
+  // flight-recorder directory; returns its path.
   std::string make_attempt(int restart_count, int local_world_size) const;
 
   // Removes the temporary base directory and everything in it (no-op for a user's --log-dir).
@@ -29,5 +30,10 @@ class RunLogDir {
   std::string path_;
   bool temporary_ = false;
 };
+
+// The workers' flight-recorder directory in an attempt's log directory: DDPRUN_FLIGHT_RECORDER
+// (the agent's requests, the answers of ddprun/flight_recorder.py: rank_<RANK>.json) and torch's
+// own dumps (TORCH_FR_DUMP_TEMP_FILE=<dir>/rank_, unless the user set it).
+std::string flight_recorder_dir(const std::string& attempt_dir);
 
 }  // namespace ddprun::agent

@@ -335,7 +335,17 @@ std::string native_frame(std::string_view line) {
 
 }  // namespace
 
-std::vector<std::string> native_stack_head(std::string_view output, pid_t pid) {
+namespace {
+
+constexpr size_t kMaxPlaceFrames = 64;  // frames of the main thread read to place it
+
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+// The main thread's frames in eu-stack's (`TID <pid>:` block, else the first) or gdb's
+// (`Thread 1 ` / `(LWP <pid>)` block) output, up to `limit`.
+std::vector<std::string> native_main_frames(std::string_view output, pid_t pid, size_t limit) {
   const auto lines = split_lines(output);
   const std::string tid = "TID " + std::to_string(pid) + ":";
   const std::string lwp = "(LWP " + std::to_string(pid) + ")";
@@ -347,17 +357,20 @@ std::vector<std::string> native_stack_head(std::string_view output, pid_t pid) {
         return l == tid || l.find(lwp) != std::string_view::npos || l.starts_with("Thread 1 (");
       },
       [](std::string_view l) { return l.starts_with("TID ") || l.starts_with("Thread "); });
-  std::vector<std::string> head;
-  if (!block) return head;
-  for (size_t i = *block + 1; i < lines.size() && head.size() < kStackHeadLines; ++i) {
+  std::vector<std::string> frames;
+  if (!block) return frames;
+  for (size_t i = *block + 1; i < lines.size() && frames.size() < limit; ++i) {
     std::string_view l = trim(lines[i]);
     if (!l.starts_with("#")) break;
-    head.push_back(native_frame(l));
+    frames.push_back(native_frame(l));
   }
-  return head;
+  return frames;
 }
 
-std::vector<std::string> python_stack_head(std::string_view pyspy_output, pid_t pid) {
+// py-spy dump: the frames of the thread block named "MainThread", else the block of thread
+// `pid`, else the first block, up to `limit`.
+std::vector<std::string> python_main_frames(std::string_view pyspy_output, pid_t pid,
+                                            size_t limit) {
   const auto lines = split_lines(pyspy_output);
   const std::string own = "Thread " + std::to_string(pid) + " ";
   auto block = pick_block(
@@ -366,18 +379,60 @@ std::vector<std::string> python_stack_head(std::string_view pyspy_output, pid_t 
         return l.find("\"MainThread\"") != std::string_view::npos || l.starts_with(own);
       },
       [](std::string_view l) { return l.starts_with("Thread "); });
-  std::vector<std::string> head;
-  if (!block) return head;
+  std::vector<std::string> frames;
+  if (!block) return frames;
   size_t indent = 0;
-  for (size_t i = *block + 1; i < lines.size() && head.size() < kStackHeadLines; ++i) {
+  for (size_t i = *block + 1; i < lines.size() && frames.size() < limit; ++i) {
     std::string_view l = lines[i];
     size_t depth = l.find_first_not_of(" \t");
     if (depth == 0 || depth == std::string_view::npos) break;  // next block or blank
     if (indent == 0) indent = depth;
-    if (depth != indent) continue;  // deeper lines: locals, not frames
-    head.push_back(clip(trim(l)));
+    if (depth != indent) continue;                   // deeper lines: locals, not frames
+    if (contains(l, "(<ddprun-zygote>:")) continue;  // a warm worker's start, not the script's
+    frames.push_back(clip(trim(l)));
   }
-  return head;
+  return frames;
+}
+
+}  // namespace
+
+std::vector<std::string> native_stack_head(std::string_view output, pid_t pid) {
+  return native_main_frames(output, pid, kStackHeadLines);
+}
+
+std::vector<std::string> python_stack_head(std::string_view pyspy_output, pid_t pid) {
+  return python_main_frames(pyspy_output, pid, kStackHeadLines);
+}
+
+StackPlace stack_place(std::string_view native_output, std::string_view python_output, pid_t pid) {
+  StackPlace place;
+  const auto python = python_main_frames(python_output, pid, kMaxPlaceFrames);
+  if (!python.empty()) {
+    // "all_reduce (torch/distributed/distributed_c10d.py:4174)": innermost first.
+    for (const auto& f : python) {
+      if (contains(f, "distributed_c10d.py:")) {
+        place.where = StackPlace::Where::kInCollective;
+        place.op = f.substr(0, f.find(" ("));
+        place.frame = f;
+        return place;
+      }
+    }
+    place.where = StackPlace::Where::kElsewhere;
+    place.frame = python.front();
+    return place;
+  }
+  const auto native = native_main_frames(native_output, pid, kMaxPlaceFrames);
+  if (native.empty()) return place;
+  for (const auto& f : native) {
+    if (contains(f, "c10d::") || contains(f, "gloo::") || contains(f, "nccl")) {
+      place.where = StackPlace::Where::kInCollective;
+      place.frame = f;
+      return place;
+    }
+  }
+  place.where = StackPlace::Where::kElsewhere;
+  place.frame = native.front();
+  return place;
 }
 
 asio::awaitable<StackDump> dump_stacks(asio::any_io_executor ex, pid_t pid, std::string path,
@@ -405,6 +460,7 @@ asio::awaitable<StackDump> dump_stacks(asio::any_io_executor ex, pid_t pid, std:
   }
   const Target target(pid);
   std::vector<std::string> native, python;
+  std::string native_output, python_output;
   auto missing = [&](std::string note) {
     append(file.get(), "=== " + note + " ===\n");
     dump.notes.push_back(std::move(note));
@@ -416,7 +472,8 @@ asio::awaitable<StackDump> dump_stacks(asio::any_io_executor ex, pid_t pid, std:
   } else if (auto tool = native_tool(pid, search_path)) {
     ToolRun run =
         co_await run_tool(ex, std::move(*tool), file.get(), options.timeout, target, dump.notes);
-    native = native_stack_head(run.output, pid);
+    native_output = std::move(run.output);
+    native = native_stack_head(native_output, pid);
   } else {
     missing("no native stack tool on PATH: install elfutils (eu-stack) or gdb");
   }
@@ -426,12 +483,16 @@ asio::awaitable<StackDump> dump_stacks(asio::any_io_executor ex, pid_t pid, std:
   } else if (auto tool = python_tool(pid, search_path)) {
     ToolRun run =
         co_await run_tool(ex, std::move(*tool), file.get(), options.timeout, target, dump.notes);
-    if (run.success) python = python_stack_head(run.output, pid);
+    if (run.success) {
+      python_output = std::move(run.output);
+      python = python_stack_head(python_output, pid);
+    }
   } else {
     missing("py-spy not installed: no Python stacks (pip install py-spy)");
   }
 
   dump.head = python.empty() ? std::move(native) : std::move(python);
+  dump.place = stack_place(native_output, python_output, pid);
   dump.took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   co_return dump;
 }

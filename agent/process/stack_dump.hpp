@@ -41,6 +41,16 @@
 
 namespace ddprun::agent {
 
+// Where a worker's main thread was when its stacks were taken, for the collective judgement
+// (agent/hang/collective_judge.hpp): inside a collective of torch's c10d (its Python frames in
+// distributed_c10d.py, or native c10d::/gloo::/NCCL frames), or elsewhere.
+struct StackPlace {
+  enum class Where { kUnknown, kInCollective, kElsewhere };
+  Where where = Where::kUnknown;
+  std::string op;     // kInCollective from Python frames: the c10d function ("all_reduce")
+  std::string frame;  // the frame that shows it; kElsewhere: the innermost one
+};
+
 struct StackDump {
   std::string path;  // the file written (always created; if no tool could run, it says why)
   // Up to kStackHeadLines innermost frames of the main thread, innermost first, for the console
@@ -52,6 +62,7 @@ struct StackDump {
   // "py-spy not installed: no Python stacks (pip install py-spy)".
   std::vector<std::string> notes;
   std::chrono::milliseconds took{0};
+  StackPlace place;
 };
 
 inline constexpr size_t kStackHeadLines = 6;
@@ -79,5 +90,7 @@ boost::asio::awaitable<StackDump> dump_stacks(boost::asio::any_io_executor ex, p
 std::vector<std::string> python_stack_head(std::string_view pyspy_output, pid_t pid);
 // eu-stack (`TID <pid>:` block, else the first) or gdb (`Thread 1 ` / `(LWP <pid>)` block).
 std::vector<std::string> native_stack_head(std::string_view output, pid_t pid);
+// From both tools' outputs (either may be empty): Python frames decide when there are any.
+StackPlace stack_place(std::string_view native_output, std::string_view python_output, pid_t pid);
 
 }  // namespace ddprun::agent

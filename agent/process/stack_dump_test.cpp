@@ -10,12 +10,12 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <chrono>
-#include <thread>
 #include <boost/asio/use_future.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace ddprun::agent {
 namespace {
@@ -377,6 +377,54 @@ TEST(StackHeadTest, OddOutputGivesAnEmptyHead) {
   auto head = native_stack_head(many, 5);
   ASSERT_EQ(head.size(), kStackHeadLines);
   EXPECT_LE(head[0].size(), 170u);
+}
+
+// Where the main thread is, for the collective judgement (real outputs: a torch 2.15 gloo
+// worker waiting in all_reduce, one sleeping outside any collective).
+TEST(StackPlaceTest, PythonFramesInDistributedC10dAreACollective) {
+  const char* waiting =
+      "Thread 23700 (idle): \"MainThread\"\n"
+      "    all_reduce (torch/distributed/distributed_c10d.py:4181)\n"
+      "    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)\n"
+      "    main (skip_collective.py:48)\n"
+      "    run (<ddprun-zygote>:350)\n";
+  StackPlace p = stack_place("", waiting, 23700);
+  EXPECT_EQ(p.where, StackPlace::Where::kInCollective);
+  EXPECT_EQ(p.op, "all_reduce");
+  EXPECT_EQ(p.frame, "all_reduce (torch/distributed/distributed_c10d.py:4181)");
+  const char* elsewhere =
+      "Thread 23701 (idle): \"MainThread\"\n"
+      "    sleep_instead_of_the_collective (skip_collective.py:27)\n"
+      "    main (skip_collective.py:46)\n";
+  p = stack_place("TID 23701:\n#0  0x1 c10d::Work::wait\n", elsewhere, 23701);
+  EXPECT_EQ(p.where, StackPlace::Where::kElsewhere);  // Python frames decide
+  EXPECT_EQ(p.frame, "sleep_instead_of_the_collective (skip_collective.py:27)");
+  // The zygote's own frames are not the script's.
+  EXPECT_EQ(python_stack_head(waiting, 23700).size(), 3u);
+}
+
+TEST(StackPlaceTest, NativeC10dFramesAreACollective) {
+  const char* waiting =
+      "TID 23700:\n"
+      "#0  0x00007f2be9a81f16 __futex_abstimed_wait_common\n"
+      "#1  0x00007f2be9a845d8 pthread_cond_wait@@GLIBC_2.3.2\n"
+      "#2  0x00007f2be84a741d std::condition_variable::wait(std::unique_lock<std::mutex>&)\n"
+      "#3  0x00007f2b5dbe9d9b c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, "
+      "1000l> >)\n"
+      "#4  0x00007f2b6cc106c5 pybind11::cpp_function::dispatcher(_object*)\n";
+  StackPlace p = stack_place(waiting, "", 23700);
+  EXPECT_EQ(p.where, StackPlace::Where::kInCollective);
+  EXPECT_TRUE(p.op.empty());
+  EXPECT_EQ(p.frame.rfind("#3 c10d::Work::wait", 0), 0u) << p.frame;
+  const char* sleeping =
+      "TID 23701:\n"
+      "#0  0x00007eff83be6545 clock_nanosleep@GLIBC_2.2.5\n"
+      "#1  0x00000000005d64b4\n"
+      "#2  0x000000000053acbc PyObject_Vectorcall\n";
+  p = stack_place(sleeping, "", 23701);
+  EXPECT_EQ(p.where, StackPlace::Where::kElsewhere);
+  EXPECT_EQ(p.frame, "#0 clock_nanosleep@GLIBC_2.2.5");
+  EXPECT_EQ(stack_place("", "", 1).where, StackPlace::Where::kUnknown);
 }
 
 }  // namespace

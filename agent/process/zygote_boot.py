@@ -27,7 +27,11 @@
 # zombie).
 #
 # What a script can still tell apart: its parent (this zygote), the modules already imported,
-# and str hashes, whose seed is this process's in every worker (as if PYTHONHASHSEED were set).
+# str hashes, whose seed is this process's in every worker (as if PYTHONHASHSEED were set), and
+# one more thread: the flight-recorder responder (serve_flight_recorder, which the build puts
+# before this file from worker-sdk/python/ddprun/flight_recorder.py), so that ddprun can name the
+# collective a hung job waits in (and with it glibc's handler of its internal signal 33,
+# SIGSETXID, which the first thread of any process installs: /proc/PID/status SigCgt).
 import ctypes
 import importlib
 import json
@@ -187,6 +191,7 @@ def worker(request, fds, zygote_pid, agent_pid, handlers, mask, settled):
         reseed()
         sys.orig_argv[:] = request["orig_argv"]
         set_cmdline(request["orig_argv"])
+        serve_flight_recorder()  # noqa: F821 - defined before this file (see above)
     except BaseException as e:  # noqa: BLE001 - the worker must not return into the zygote
         os.write(2, f"[ddprun] warm start of a worker failed: {e!r}\n".encode())
         os._exit(127)

@@ -71,9 +71,10 @@ boost::asio::awaitable<RendezvousInfo> LocalRendezvous::next_rendezvous(int loca
   co_return info;
 }
 
-boost::asio::awaitable<RoundEnd> LocalRendezvous::report_failure() {
+boost::asio::awaitable<RoundEnd> LocalRendezvous::report_failure(bool hang) {
   RoundEnd end;
   end.kind = RoundEnd::Kind::kWorkerFailed;
+  end.hang = hang;
   end.restart_allowed = may_restart(restart_count_, options_.max_restarts);
   restart_next_ = end.restart_allowed;
   co_return end;

@@ -36,7 +36,7 @@ class LocalRendezvous final : public RendezvousHandler {
   const std::string& run_id() const override { return options_.run_id; }
   boost::asio::awaitable<RendezvousInfo> next_rendezvous(int local_world_size) override;
   // Counts the restart the next round will be, if the budget allows one.
-  boost::asio::awaitable<RoundEnd> report_failure() override;
+  boost::asio::awaitable<RoundEnd> report_failure(bool hang) override;
   boost::asio::awaitable<void> shutdown(Exit how) override;
 
  private:

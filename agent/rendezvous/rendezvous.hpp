@@ -9,6 +9,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -56,6 +57,9 @@ struct RoundEnd {
   // kWorkerFailed: whether the job's restart budget allows one more restart (the handler's
   // answer; the next round then carries restart_count + 1).
   bool restart_allowed = false;
+  // kWorkerFailed: the failure was a hang, whose evidence every node adds before it stops
+  // its workers (exchange_hang_evidence).
+  bool hang = false;
 };
 
 // The one restart rule, for every handler: a job that has used `restarts_used` of its
@@ -94,9 +98,18 @@ class RendezvousHandler {
   // `callback` runs on the io_context whenever round_end() becomes set.
   virtual void on_round_end(std::function<void()> callback) { (void)callback; }
 
-  // This node's workers failed: ends the round for every node. Returns what ended it
-  // (another node's event may have come first) and, for a failure, whether a restart is left.
-  virtual boost::asio::awaitable<RoundEnd> report_failure() = 0;
+  // This node's workers failed (`hang`: one hung): ends the round for every node. Returns what
+  // ended it (another node's event may have come first) and, for a failure, whether a restart
+  // is left.
+  virtual boost::asio::awaitable<RoundEnd> report_failure(bool hang) = 0;
+  // A hang's evidence (agent/hang/collective_judge.hpp), shared by the nodes of the running
+  // round: publishes this node's `mine`, then returns every node's part that arrived within
+  // `timeout`, this node's included, by node rank. One node: `mine` alone, at once.
+  virtual boost::asio::awaitable<std::vector<std::string>> exchange_hang_evidence(
+      std::string mine, std::chrono::milliseconds timeout) {
+    (void)timeout;
+    co_return std::vector<std::string>{std::move(mine)};
+  }
   // This node's workers all exited 0: the exit barrier. Returns kSucceeded once every node's
   // workers have (or after the exit barrier's timeout), else the event that ended the round
   // first; the node then re-forms with the others.

@@ -43,6 +43,10 @@ RoundChange RoundChange::parse(const std::string& value) {
   if (take("join:", Kind::kJoin) || take("dead:", Kind::kDead) || take("fail:", Kind::kFail)) {
     return c;
   }
+  if (take("hang:", Kind::kFail)) {
+    c.hang = true;
+    return c;
+  }
   throw RendezvousFailed("corrupt rendezvous state: a round ended with '" + value.substr(0, 100) +
                          "'");
 }

@@ -45,6 +45,7 @@ struct RoundChange {
   enum class Kind { kJoin, kDead, kFail, kDone };
   Kind kind = Kind::kDone;
   std::string node_id;  // who joined / died / failed
+  bool hang = false;    // kFail: a hung worker ("hang:<id>"; "fail:<id>" for any other failure)
   static RoundChange parse(const std::string& value);
   // Whether it spends one restart of the job's budget (only a worker failure does).
   bool spends_restart() const { return kind == Kind::kFail; }

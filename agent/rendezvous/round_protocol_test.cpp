@@ -140,5 +140,17 @@ TEST_F(RoundProtocolTest, StaticRanksFollowNodeRankAndRejectClashes) {
   }
 }
 
+TEST(RoundChangeTest, AHangIsAFailureThatSaysSo) {
+  RoundChange hang = RoundChange::parse("hang:node-7");
+  EXPECT_EQ(hang.kind, RoundChange::Kind::kFail);
+  EXPECT_TRUE(hang.hang);
+  EXPECT_EQ(hang.node_id, "node-7");
+  EXPECT_TRUE(hang.spends_restart());
+  RoundChange fail = RoundChange::parse("fail:node-7");
+  EXPECT_EQ(fail.kind, RoundChange::Kind::kFail);
+  EXPECT_FALSE(fail.hang);
+  EXPECT_THROW(RoundChange::parse("hung:node-7"), RendezvousFailed);
+}
+
 }  // namespace
 }  // namespace ddprun::agent::round_test

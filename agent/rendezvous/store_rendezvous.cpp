@@ -182,7 +182,9 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
     case RoundChange::Kind::kFail:
       e.kind = RoundEnd::Kind::kWorkerFailed;
       e.restart_allowed = formed_ && may_restart(formed_->restart_count, protocol_->max_restarts());
-      e.what = node_name(c.node_id) + " reported a failed worker";
+      e.hang = c.hang;
+      e.what =
+          node_name(c.node_id) + (c.hang ? " reported a hung worker" : " reported a failed worker");
       break;
     case RoundChange::Kind::kJoin:
       e.kind = RoundEnd::Kind::kNodeJoined;
@@ -244,10 +246,10 @@ void StoreRendezvous::on_change(int round, std::optional<std::string> value, std
   if (callback_) callback_();
 }
 
-asio::awaitable<RoundEnd> StoreRendezvous::report_failure() {
+asio::awaitable<RoundEnd> StoreRendezvous::report_failure(bool hang) {
   if (round_end_) co_return *round_end_;
   const int round = formed_->round;
-  const std::string value = "fail:" + self_.id;
+  const std::string value = (hang ? "hang:" : "fail:") + self_.id;
   try {
     RoundChange c = co_await protocol_->end_round(round, value);
     if (!round_end_) {
@@ -261,6 +263,39 @@ asio::awaitable<RoundEnd> StoreRendezvous::report_failure() {
     }
   }
   co_return *round_end_;
+}
+
+// Each node's part under r/<round>/hang/<join index>; written once, read by every node.
+asio::awaitable<std::vector<std::string>> StoreRendezvous::exchange_hang_evidence(
+    std::string mine, std::chrono::milliseconds timeout) {
+  if (!formed_ || store_broken_) co_return std::vector<std::string>{std::move(mine)};
+  const FormedRound& f = *formed_;
+  auto key_of = [&](size_t index) {
+    return RoundProtocol::key(f.round, "hang/" + std::to_string(index));
+  };
+  std::vector<std::pair<int, std::string>> parts;  // node rank, part
+  try {
+    std::vector<std::pair<std::string, std::string>> own;
+    own.emplace_back(key_of(static_cast<size_t>(f.index)), mine);
+    co_await main_->multi_set(std::move(own));
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < f.nodes.size(); ++i) keys.push_back(key_of(i));
+    co_await main_->wait(keys, timeout);  // false: a node said nothing in time
+    for (size_t i = 0; i < f.nodes.size(); ++i) {
+      std::vector<std::string> one(1, key_of(i));
+      if (!co_await main_->check(one)) continue;
+      auto value = co_await main_->multi_get(std::move(one));
+      if (!value.empty()) parts.emplace_back(f.ranks.node_rank.at(i), std::move(value.front()));
+    }
+  } catch (const std::exception& e) {
+    sys::log_line(std::string("  note: the other nodes' hang evidence is out of reach: ") +
+                  e.what());
+    co_return std::vector<std::string>{std::move(mine)};
+  }
+  std::sort(parts.begin(), parts.end());
+  std::vector<std::string> out;
+  for (auto& p : parts) out.push_back(std::move(p.second));
+  co_return out;
 }
 
 asio::awaitable<RoundEnd> StoreRendezvous::report_success() {

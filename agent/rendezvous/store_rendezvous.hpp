@@ -51,8 +51,10 @@ class StoreRendezvous final : public RendezvousHandler {
   boost::asio::awaitable<RendezvousInfo> next_rendezvous(int local_world_size) override;
   std::optional<RoundEnd> round_end() const override { return round_end_; }
   void on_round_end(std::function<void()> callback) override { callback_ = std::move(callback); }
-  boost::asio::awaitable<RoundEnd> report_failure() override;
+  boost::asio::awaitable<RoundEnd> report_failure(bool hang) override;
   boost::asio::awaitable<RoundEnd> report_success() override;
+  boost::asio::awaitable<std::vector<std::string>> exchange_hang_evidence(
+      std::string mine, std::chrono::milliseconds timeout) override;
   void interrupt() override;
   void set_replica_port(int port) override { self_.replica_port = port; }
   bool spans_nodes() const override { return true; }

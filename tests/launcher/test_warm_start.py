@@ -2,7 +2,8 @@
 imported torch must be indistinguishable from cold ones except by timing, at the first start
 and at a restart, with torch 1.13 and 2.x: environment, argv, __main__, sys.path, sys.flags,
 signal dispositions and mask, descriptors, rlimits, cwd, torch's thread counts, the command line
-ps shows, and a @record error file. A zygote that dies is replaced and the attempt starts cold;
+ps shows, and a @record error file; the process has one thread more (the flight-recorder
+responder), and so glibc's handler of its signal 33. A zygote that dies is replaced and the attempt starts cold;
 nothing outlives the job."""
 import json
 import os
@@ -19,6 +20,7 @@ from launcher_helpers import SOURCE_DIR, clean_env, pid_alive, wait_for
 PROBE = SOURCE_DIR / "tests" / "launcher" / "warm_probe.py"
 # What differs from one run of a job to the next, cold or warm.
 PER_RUN_ENV = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
+               "DDPRUN_FLIGHT_RECORDER", "TORCH_FR_DUMP_TEMP_FILE",
                "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_MEMORY_CHECKPOINT_DIR", "PROBE_OUT"}
 ZYGOTE_READY = re.compile(r"warm start: zygote \(pid (\d+)\) imported")
 PYTHONS = {"torch1": TORCH1_PYTHON, "torch2": TORCH2_PYTHON}
@@ -64,6 +66,14 @@ def test_a_warm_worker_sees_what_a_cold_one_sees(ddprun, tmp_path, torch, entry)
         for key in PER_RUN_ENV:
             c["env"].pop(key, None)
             w["env"].pop(key, None)
+        # The one documented difference: a warm worker runs the flight-recorder responder
+        # (worker-sdk/python/ddprun/flight_recorder.py), one thread more, and with it glibc's
+        # handler of its internal signal 33 (SIGSETXID), which the first thread of any process
+        # installs.
+        assert int(w["status"].pop("Threads")) == int(c["status"].pop("Threads")) + 1, name
+        setxid = 1 << 32
+        assert int(w["status"].pop("SigCgt"), 16) | setxid == \
+            int(c["status"].pop("SigCgt"), 16) | setxid, name
         for field in c:
             assert w[field] == c[field], f"{name}: {field} differs (warm, cold)"
     # Each warm worker draws its own random seeds, as a fresh interpreter does.

@@ -1,4 +1,4 @@
-"""ddprun's helpers for Python workers: in-memory checkpoints and heartbeats.
+"""ddprun's helpers for Python workers: in-memory checkpoints, heartbeats, the flight recorder.
 
 Pure Python, for any torch >= 1.13. Every function is harmless outside ddprun (under torchrun,
 or with no launcher at all): a heartbeat goes nowhere, a memory save returns False, a memory
@@ -17,7 +17,8 @@ load returns None, so a script that uses them runs unchanged anywhere.
 """
 from ddprun.checkpoint import (CheckpointLimitError, load_checkpoint, memory_checkpoint_dir,
                                save_checkpoint)
+from ddprun.flight_recorder import serve_flight_recorder
 from ddprun.heartbeat import heartbeat
 
 __all__ = ["CheckpointLimitError", "heartbeat", "load_checkpoint", "memory_checkpoint_dir",
-           "save_checkpoint"]
+           "save_checkpoint", "serve_flight_recorder"]

@@ -1,0 +1,388 @@
+#include "agent/hang/collective_judge.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace ddprun::agent {
+
+namespace {
+
+using nlohmann::json;
+
+// A JSON value torch writes as a number or as a string of one ("5"); nullopt for anything else.
+std::optional<int64_t> as_int(const json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_unsigned()) return static_cast<int64_t>(v.get<uint64_t>());
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    char* end = nullptr;
+    long long n = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && end && *end == '\0') return n;
+  }
+  return std::nullopt;
+}
+
+int64_t dtype_bytes(std::string_view dtype) {
+  if (dtype == "Double" || dtype == "Long" || dtype == "ComplexFloat") return 8;
+  if (dtype == "Half" || dtype == "BFloat16" || dtype == "Short") return 2;
+  if (dtype == "Byte" || dtype == "Char" || dtype == "Bool" || dtype.starts_with("Float8")) {
+    return 1;
+  }
+  if (dtype == "ComplexDouble") return 16;
+  return 4;  // Float, Int, and what we do not know
+}
+
+int64_t input_bytes(const json& e) {
+  auto sizes = e.find("input_sizes");
+  auto dtypes = e.find("input_dtypes");
+  if (sizes == e.end() || !sizes->is_array()) return 0;
+  int64_t total = 0;
+  for (size_t i = 0; i < sizes->size(); ++i) {
+    const json& shape = (*sizes)[i];
+    if (!shape.is_array()) continue;
+    int64_t n = 1;
+    for (const json& d : shape) n *= as_int(d).value_or(0);
+    std::string dtype = "Float";
+    if (dtypes != e.end() && dtypes->is_array() && i < dtypes->size() && (*dtypes)[i].is_string()) {
+      dtype = (*dtypes)[i].get<std::string>();
+    }
+    total += n * dtype_bytes(dtype);
+  }
+  return total;
+}
+
+std::string pg_of(const json& e) {
+  if (auto pg = e.find("process_group"); pg != e.end() && pg->is_array() && !pg->empty()) {
+    if ((*pg)[0].is_string()) return (*pg)[0].get<std::string>();
+  }
+  if (auto id = e.find("pg_id"); id != e.end()) {
+    if (auto n = as_int(*id)) return std::to_string(*n);
+  }
+  return "";
+}
+
+std::string size_text(int64_t bytes) {
+  char buf[32];
+  if (bytes < 1000) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else if (bytes < 1000 * 1000) {
+    std::snprintf(buf, sizeof buf, "%.1f kB", static_cast<double>(bytes) / 1e3);
+  } else if (bytes < 1000LL * 1000 * 1000) {
+    std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(bytes) / 1e9);
+  }
+  return buf;
+}
+
+std::string seconds_since(int64_t then_ns, int64_t now_ns) {
+  if (then_ns <= 0 || now_ns <= then_ns) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, " %.1f s", static_cast<double>(now_ns - then_ns) / 1e9);
+  return buf;
+}
+
+std::string ranks_word(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_ranges(ranks);
+}
+
+std::string who(const RankEvidence& r) {
+  std::string s = "rank " + std::to_string(r.rank) + " (";
+  if (!r.host.empty()) s += r.host + ", ";
+  return s + "pid " + std::to_string(r.pid) + ")";
+}
+
+struct Stuck {
+  std::string pg;
+  int64_t seq = -1;
+};
+
+// The process group with a collective some rank enqueued and did not complete, and the lowest
+// such sequence number in it (the default group "0" first, then by id).
+std::optional<Stuck> find_stuck(const std::vector<RankEvidence>& ranks) {
+  std::set<std::string> ids;
+  for (const auto& r : ranks) {
+    if (!r.trace) continue;
+    for (const auto& [id, pg] : r.trace->pgs) ids.insert(id);
+  }
+  std::vector<std::string> order(ids.begin(), ids.end());
+  std::stable_partition(order.begin(), order.end(),
+                        [](const std::string& id) { return id == "0"; });
+  for (const auto& id : order) {
+    int64_t seq = -1;
+    for (const auto& r : ranks) {
+      if (!r.trace) continue;
+      auto it = r.trace->pgs.find(id);
+      if (it == r.trace->pgs.end()) continue;
+      const PgTrace& pg = it->second;
+      if (pg.last_enqueued > pg.last_completed) {
+        const int64_t s = pg.last_completed + 1;
+        if (seq < 0 || s < seq) seq = s;
+      }
+    }
+    if (seq >= 0) return Stuck{id, seq};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const TraceEntry* PgTrace::find(int64_t seq) const {
+  for (const auto& e : entries) {
+    if (e.seq == seq) return &e;
+  }
+  return nullptr;
+}
+
+std::optional<RankTrace> parse_flight_recorder_json(std::string_view text, std::string* error) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto fail = [&](const std::string& why) -> std::optional<RankTrace> {
+    if (error) *error = why;
+    return std::nullopt;
+  };
+  if (doc.is_discarded()) return fail("not JSON");
+  if (!doc.is_object()) return fail("not a JSON object");
+  auto status = doc.find("pg_status");
+  auto entries = doc.find("entries");
+  if (status == doc.end() || !status->is_object()) return fail("no \"pg_status\" object");
+  RankTrace trace;
+  for (const auto& [id, s] : status->items()) {
+    if (!s.is_object()) continue;
+    PgTrace& pg = trace.pgs[id];
+    if (auto v = s.find("last_enqueued_collective"); v != s.end()) {
+      pg.last_enqueued = as_int(*v).value_or(-1);
+    }
+    if (auto v = s.find("last_completed_collective"); v != s.end()) {
+      pg.last_completed = as_int(*v).value_or(-1);
+    }
+  }
+  if (entries != doc.end() && entries->is_array()) {
+    for (const json& e : *entries) {
+      if (!e.is_object()) continue;
+      if (auto p2p = e.find("is_p2p"); p2p != e.end() && p2p->is_boolean() && p2p->get<bool>()) {
+        continue;
+      }
+      auto seq = e.find("collective_seq_id");
+      if (seq == e.end() || !as_int(*seq)) continue;
+      TraceEntry t;
+      t.seq = *as_int(*seq);
+      if (auto name = e.find("profiling_name"); name != e.end() && name->is_string()) {
+        t.op = name->get<std::string>();
+        if (auto colon = t.op.rfind(':'); colon != std::string::npos) t.op.erase(0, colon + 1);
+      }
+      t.bytes = input_bytes(e);
+      if (auto c = e.find("time_created_ns"); c != e.end()) t.created_ns = as_int(*c).value_or(0);
+      trace.pgs[pg_of(e)].entries.push_back(std::move(t));
+    }
+  }
+  trace.pgs.erase("");  // entries whose group we could not tell
+  return trace;
+}
+
+namespace {
+
+const char* where_name(StackPlace::Where w) {
+  switch (w) {
+    case StackPlace::Where::kInCollective:
+      return "in_collective";
+    case StackPlace::Where::kElsewhere:
+      return "elsewhere";
+    case StackPlace::Where::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+StackPlace::Where where_of(const std::string& name) {
+  if (name == "in_collective") return StackPlace::Where::kInCollective;
+  if (name == "elsewhere") return StackPlace::Where::kElsewhere;
+  return StackPlace::Where::kUnknown;
+}
+
+std::string text_of(const json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string encode_evidence(const std::vector<RankEvidence>& ranks) {
+  json out = json::array();
+  for (const auto& r : ranks) {
+    json item = {
+        {"rank", r.rank},
+        {"host", r.host},
+        {"pid", r.pid},
+        {"place",
+         {{"where", where_name(r.place.where)}, {"op", r.place.op}, {"frame", r.place.frame}}}};
+    if (r.trace) {
+      json pgs = json::object();
+      for (const auto& [id, pg] : r.trace->pgs) {
+        json entries = json::array();
+        for (const auto& e : pg.entries) {
+          if (e.seq < pg.last_completed) continue;
+          entries.push_back(
+              {{"seq", e.seq}, {"op", e.op}, {"bytes", e.bytes}, {"t", e.created_ns}});
+        }
+        while (entries.size() > kSharedEntries) entries.erase(entries.begin());
+        pgs[id] = {{"e", pg.last_enqueued}, {"c", pg.last_completed}, {"entries", entries}};
+      }
+      item["trace"] = pgs;
+    }
+    out.push_back(std::move(item));
+  }
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::vector<RankEvidence> decode_evidence(std::string_view text) {
+  std::vector<RankEvidence> ranks;
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_array()) return ranks;
+  for (const json& item : doc) {
+    if (!item.is_object() || !item.contains("rank") || !as_int(item["rank"])) continue;
+    RankEvidence r;
+    r.rank = static_cast<int>(*as_int(item["rank"]));
+    r.host = text_of(item, "host");
+    if (auto pid = item.find("pid"); pid != item.end()) {
+      r.pid = static_cast<pid_t>(as_int(*pid).value_or(0));
+    }
+    if (auto place = item.find("place"); place != item.end() && place->is_object()) {
+      r.place.where = where_of(text_of(*place, "where"));
+      r.place.op = text_of(*place, "op");
+      r.place.frame = text_of(*place, "frame");
+    }
+    if (auto trace = item.find("trace"); trace != item.end() && trace->is_object()) {
+      RankTrace t;
+      for (const auto& [id, pg] : trace->items()) {
+        if (!pg.is_object()) continue;
+        PgTrace& p = t.pgs[id];
+        if (auto e = pg.find("e"); e != pg.end()) p.last_enqueued = as_int(*e).value_or(-1);
+        if (auto c = pg.find("c"); c != pg.end()) p.last_completed = as_int(*c).value_or(-1);
+        auto entries = pg.find("entries");
+        if (entries == pg.end() || !entries->is_array()) continue;
+        for (const json& e : *entries) {
+          if (!e.is_object() || !e.contains("seq") || !as_int(e["seq"])) continue;
+          TraceEntry te;
+          te.seq = *as_int(e["seq"]);
+          te.op = text_of(e, "op");
+          if (auto b = e.find("bytes"); b != e.end()) te.bytes = as_int(*b).value_or(0);
+          if (auto c = e.find("t"); c != e.end()) te.created_ns = as_int(*c).value_or(0);
+          p.entries.push_back(std::move(te));
+        }
+      }
+      r.trace = std::move(t);
+    }
+    ranks.push_back(std::move(r));
+  }
+  return ranks;
+}
+
+std::string rank_ranges(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+CollectiveVerdict judge_collective_hang(const std::vector<RankEvidence>& ranks, int world_size,
+                                        int64_t now_ns) {
+  CollectiveVerdict v;
+  std::vector<std::string> parts;
+  std::vector<const RankEvidence*> traceless;
+  for (const auto& r : ranks) {
+    if (!r.trace) traceless.push_back(&r);
+  }
+
+  if (auto stuck = find_stuck(ranks)) {
+    v.from_flight_recorder = true;
+    v.seq = stuck->seq;
+    v.pg = stuck->pg;
+    const TraceEntry* entry = nullptr;
+    std::vector<std::string> never, disagree;
+    for (const auto& r : ranks) {
+      if (!r.trace) continue;
+      auto it = r.trace->pgs.find(stuck->pg);
+      if (it == r.trace->pgs.end()) continue;  // not a member of that group
+      const PgTrace& pg = it->second;
+      if (pg.last_enqueued >= stuck->seq && pg.last_completed < stuck->seq) {
+        v.waiting.push_back(r.rank);
+        const TraceEntry* mine = pg.find(stuck->seq);
+        if (!mine) continue;
+        if (!entry) {
+          entry = mine;
+        } else if (mine->op != entry->op || mine->bytes != entry->bytes) {
+          disagree.push_back("rank " + std::to_string(r.rank) + " entered it as " + mine->op +
+                             " (" + size_text(mine->bytes) + ")");
+        }
+      } else if (pg.last_enqueued < stuck->seq) {
+        v.culprits.push_back(r.rank);
+        std::string last = "none";
+        if (pg.last_enqueued >= 0) {
+          last = "#" + std::to_string(pg.last_enqueued);
+          if (const TraceEntry* e = pg.find(pg.last_enqueued)) last += " " + e->op;
+        }
+        never.push_back(who(r) + " never entered it (its last: " + last + ")");
+      }
+    }
+    // Ranks without a trace, placed by their stacks.
+    for (const RankEvidence* r : traceless) {
+      if (r->place.where == StackPlace::Where::kInCollective) {
+        v.waiting.push_back(r->rank);
+      } else if (r->place.where == StackPlace::Where::kElsewhere) {
+        v.culprits.push_back(r->rank);
+        never.push_back(who(*r) + " is not in a collective (no flight recorder; its stack: " +
+                        r->place.frame + ")");
+      }
+    }
+    std::string head = "collective #" + std::to_string(stuck->seq);
+    if (entry) {
+      v.op = entry->op;
+      head += " " + entry->op + " (" + size_text(entry->bytes) + ", pg " + stuck->pg + ")";
+    } else {
+      head += " (pg " + stuck->pg + ")";
+    }
+    std::string waiting = ranks_word(v.waiting) + " waiting" +
+                          (entry ? seconds_since(entry->created_ns, now_ns) : std::string());
+    parts.push_back(head + ": " + waiting);
+    for (auto& n : never) parts.push_back(std::move(n));
+    for (auto& d : disagree) parts.push_back(std::move(d));
+  } else {
+    // No flight recorder shows a collective in flight: the stacks alone.
+    std::vector<std::string> elsewhere;
+    std::string op;
+    for (const RankEvidence* r : traceless) {
+      if (r->place.where == StackPlace::Where::kInCollective) {
+        v.waiting.push_back(r->rank);
+        if (op.empty()) op = r->place.op;
+      } else if (r->place.where == StackPlace::Where::kElsewhere) {
+        v.culprits.push_back(r->rank);
+        elsewhere.push_back(who(*r) + " is not in one (its stack: " + r->place.frame + ")");
+      }
+    }
+    if (v.waiting.empty()) return CollectiveVerdict{};
+    v.op = op;
+    parts.push_back(ranks_word(v.waiting) + (v.waiting.size() == 1 ? " waits" : " wait") +
+                    " in a collective" + (op.empty() ? std::string() : " (" + op + ")") +
+                    " (stacks only: no flight recorder)");
+    for (auto& e : elsewhere) parts.push_back(std::move(e));
+  }
+  if (v.culprits.empty()) {
+    const int examined = static_cast<int>(ranks.size());
+    parts.push_back(world_size > examined ? "the rank(s) they wait for are not on this node"
+                                          : "no rank was found outside it");
+  }
+  for (size_t i = 0; i < parts.size(); ++i) v.line += (i ? "; " : "") + parts[i];
+  return v;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,71 @@
+"""A real torch gloo job whose rank 1 skips a collective on attempt 0 (a plain script: nothing
+ddprun-specific but the documented heartbeat snippet).
+
+    skip_collective.py --out FILE [--steps N] [--skip-rank R] [--skip-step S] [--skipper-beats]
+
+Every rank all-reduces 1,000 floats per step and beats after it (so a rank waiting in a
+collective goes silent, as in a real job). On attempt 0 (TORCHELASTIC_RESTART_COUNT=0) rank R,
+at step S, does not enter that step's all_reduce and sleeps instead: the others wait in it.
+Collectives are numbered from 1 per process group, so the stuck one is #S+1 and the skipping
+rank's last is #S. With --skipper-beats it keeps beating while it sleeps (it looks alive: only
+the waiting ranks go silent). Rank 0 writes a JSON report to FILE when the job completes.
+"""
+import argparse
+import datetime
+import gc
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from beat import heartbeat
+
+
+def sleep_instead_of_the_collective(beat):
+    while True:
+        time.sleep(0.1)
+        if beat:
+            heartbeat()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--skip-rank", type=int, default=1)
+    p.add_argument("--skip-step", type=int, default=4)
+    p.add_argument("--skipper-beats", action="store_true")
+    args = p.parse_args()
+
+    # gloo's own timeout well past the hang timeout: ddprun finds the hang first.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    heartbeat()
+    total = 0.0
+    for step in range(args.steps):
+        if rank == args.skip_rank and attempt == 0 and step == args.skip_step:
+            sleep_instead_of_the_collective(args.skipper_beats)
+        t = torch.ones(1000)
+        dist.all_reduce(t)
+        total += t[0].item()
+        heartbeat()
+        time.sleep(0.05)
+    assert total == args.steps * world, total
+    if rank == 0:
+        with open(args.out, "w") as f:
+            json.dump({"attempt": attempt, "world": world, "torch": torch.__version__}, f)
+    del t
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
