@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from hang_helpers import (TORCH1_PYTHON, clean_env, events, free_port, health_port,  # noqa: F401
-                          http_get, jobs, torch2_path_env, wait_until, worker)
+from hang_helpers import (SOURCE_DIR, TORCH1_PYTHON, clean_env, events, free_port,  # noqa: F401
+                          health_port, http_get, jobs, torch2_path_env, wait_until, worker)
 
 STANDALONE = ["--standalone", "--nproc-per-node", "2"]
 SKIP = worker("skip_collective.py")
@@ -76,6 +76,21 @@ def test_without_a_flight_recorder_the_stacks_place_the_ranks(jobs, tmp_path):
         r"rank 1 \([^,]+, pid \d+\) is not in one \(its stack: "
         r"sleep_instead_of_the_collective \(skip_collective\.py:\d+\)\)", line), line
     assert "flight recorders: 0 of 2 workers answered" in err
+
+
+def test_a_cold_worker_that_beats_with_the_python_module_answers(jobs, tmp_path):
+    """ddprun.heartbeat() starts the responder: cold workers then answer too."""
+    out = tmp_path / "result.json"
+    job = jobs.start([*STANDALONE, "--hang-timeout", "3", "--max-restarts", "1",
+                      "--warm-start", "off"],
+                     SKIP, "--out", out, "--ddprun-module",
+                     env=torch2_path_env(PYTHONPATH=SOURCE_DIR / "worker-sdk" / "python"))
+    finished_on_attempt_1(job, out)
+    err = job.stderr()
+    assert "flight recorders: 2 of 2 workers answered" in err, err
+    assert re.fullmatch(r"collective #5 all_reduce \(4\.0 kB, pg 0\): rank 0 waiting [\d.]+ s; "
+                        r"rank 1 \([^,]+, pid \d+\) never entered it \(its last: #4 all_reduce\)",
+                        verdict(err))
 
 
 def test_torch_1_13_has_no_flight_recorder_and_says_so(jobs, tmp_path):

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from netns_hosts import Hosts, ip, netns_unavailable  # noqa: F401
-from mn_helpers import (EXAMPLES, Cluster, all_dead, c10d_flags, clean_env, free_port, records,
-                        wait_until, worker)
+from mn_helpers import (EXAMPLES, SOURCE_DIR, Cluster, all_dead, c10d_flags, clean_env, free_port,
+                        records, wait_until, worker)
 
 
 UNAVAILABLE = netns_unavailable()
@@ -86,3 +86,29 @@ def test_vanished_host_is_noticed_by_keep_alive(hosts, cluster, tmp_path, ddpsto
     go.touch()
     for a in agents[:2]:
         assert a.wait(60) == 0, a.log()
+
+
+def test_collective_hang_across_two_hosts_names_the_same_culprit(hosts, cluster, tmp_path):
+    """Rank 1 (host 1) skips an all_reduce rank 0 (host 0) waits in: both hosts exchange their
+    evidence (flight recorders of warm torch 2.x workers) through the rendezvous store and print
+    the same line (docs/hangs-health-events.md)."""
+    from conftest import TORCH2_PYTHON
+    h = hosts(2)
+    port = free_port()
+    out = tmp_path / "result.json"
+    flags = [*c10d_flags(f"{h.addr(0)}:{port}", 2, "hangjob", max_restarts=1),
+             "--hang-timeout=3", "--warm-start=on"]
+    env = clean_env(python=TORCH2_PYTHON, GLOO_SOCKET_IFNAME="eth0",
+                    PATH=os.path.dirname(TORCH2_PYTHON) + os.pathsep + os.environ["PATH"])
+    skip = str(SOURCE_DIR / "tests" / "hang" / "workers" / "skip_collective.py")
+    nodes = [cluster.agent(flags, skip, "--out", out, addr=h.addr(r), netns=h.names[r], env=env)
+             for r in (0, 1)]
+    for p in nodes:
+        assert p.wait(240) == 0, p.log()
+    assert json.loads(out.read_text())["attempt"] == 1
+    lines = [re.search(r"collective hang: (.*)", p.log()) for p in nodes]
+    assert all(lines), [p.log() for p in nodes]
+    assert lines[0].group(1) == lines[1].group(1)
+    assert re.fullmatch(r"collective #5 all_reduce \(4\.0 kB, pg 0\): rank 0 waiting [\d.]+ s; "
+                        r"rank 1 \([^,]+, pid \d+\) never entered it \(its last: #4 all_reduce\)",
+                        lines[0].group(1)), lines[0].group(1)

@@ -2,13 +2,15 @@
 ddprun-specific but the documented heartbeat snippet).
 
     skip_collective.py --out FILE [--steps N] [--skip-rank R] [--skip-step S] [--skipper-beats]
+                       [--ddprun-module]
 
 Every rank all-reduces 1,000 floats per step and beats after it (so a rank waiting in a
 collective goes silent, as in a real job). On attempt 0 (TORCHELASTIC_RESTART_COUNT=0) rank R,
 at step S, does not enter that step's all_reduce and sleeps instead: the others wait in it.
 Collectives are numbered from 1 per process group, so the stuck one is #S+1 and the skipping
 rank's last is #S. With --skipper-beats it keeps beating while it sleeps (it looks alive: only
-the waiting ranks go silent). Rank 0 writes a JSON report to FILE when the job completes.
+the waiting ranks go silent). With --ddprun-module it beats with the `ddprun` Python module's
+heartbeat() instead of the snippet. Rank 0 writes a JSON report to FILE when the job completes.
 """
 import argparse
 import datetime
@@ -21,13 +23,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from beat import heartbeat
+import beat
 
 
-def sleep_instead_of_the_collective(beat):
+heartbeat = beat.heartbeat
+
+
+def sleep_instead_of_the_collective(beats):
     while True:
         time.sleep(0.1)
-        if beat:
+        if beats:
             heartbeat()
 
 
@@ -38,7 +43,12 @@ def main():
     p.add_argument("--skip-rank", type=int, default=1)
     p.add_argument("--skip-step", type=int, default=4)
     p.add_argument("--skipper-beats", action="store_true")
+    p.add_argument("--ddprun-module", action="store_true")
     args = p.parse_args()
+    if args.ddprun_module:
+        global heartbeat
+        import ddprun
+        heartbeat = ddprun.heartbeat
 
     # gloo's own timeout well past the hang timeout: ddprun finds the hang first.
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))

@@ -34,15 +34,29 @@ def _flight_recorder_dump():
     if dump is None:
         return _json.dumps({"ddprun_no_trace": "this torch has no flight recorder"}).encode()
     try:
-        body = dump()
-        if b'"entries": []' in body or b'"entries":[]' in body:
-            try:  # torch >= 2.15 keeps one recorder per backend: gloo's is the default
-                body = dump(backend="nccl")
-            except (TypeError, RuntimeError):
-                pass
+        body = _as_bytes(dump())
     except Exception as e:  # noqa: BLE001 - the answer says what went wrong
         return _json.dumps({"ddprun_no_trace": f"{type(e).__name__}: {e}"}).encode()
+    # torch >= 2.15 keeps one recorder per backend, gloo's the default: the first that has
+    # entries (NCCL's under one of its names), else gloo's empty one.
+    for backend in ("nccl", "nccl-legacy", "nccl2", "xccl"):
+        if not _no_entries(body):
+            break
+        try:
+            other = _as_bytes(dump(backend=backend))
+        except Exception:  # noqa: BLE001 - an older torch or no such recorder
+            continue
+        if not _no_entries(other):
+            body = other
+    return body
+
+
+def _as_bytes(body):
     return body if isinstance(body, bytes) else str(body).encode()
+
+
+def _no_entries(body):
+    return b'"entries": []' in body or b'"entries":[]' in body
 
 
 def _flight_recorder_answer(directory, rank):
