@@ -151,8 +151,12 @@ asio::awaitable<Observed> Agent::Impl::worker_failed() {
   const bool hung = hangs_ && hangs_->any_found();
   if (hung) co_await hangs_->capture(attempt(), observers_, reported_);
   failures_ = collect_failures(false);
-  RoundEnd end = co_await rdzv_->report_failure(hung);
-  if (hung) co_await explain_hang();
+  // A worker that died of a collective's own timeout leaves the others waiting in it: explained
+  // as a hang is.
+  const bool timed_out = !hung && hangs_ && hangs_->note_collective_timeouts(failures_);
+  if (timed_out) co_await hangs_->capture_for_peer(attempt());
+  RoundEnd end = co_await rdzv_->report_failure(hung || timed_out);
+  if (hung || timed_out) co_await explain_hang();
   Observed seen = observed(end, true);
   if (hung && seen.event == Event::kWorkerFailed) seen.event = Event::kWorkerHung;
   co_return seen;

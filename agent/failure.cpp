@@ -209,9 +209,9 @@ std::string format_failure_summary(std::string_view title_name,
     }
     if (f->peak_rss_kb) text += "  peak rss  : " + format_bytes(f->peak_rss_kb * 1024) + "\n";
     text += "  error_file: " + f->error_file + "\n";
+    if (!f->collective.empty()) text += "  collective: " + f->collective + "\n";
     if (!f->hang.empty()) {
       text += "  hung      : " + f->hang + "\n";
-      if (!f->collective.empty()) text += "  collective: " + f->collective + "\n";
       text += "  stacks    : " + f->stacks_path + "\n";
       std::string head;
       for (const auto& line : f->stack_head) head += (head.empty() ? "" : "\n") + line;

@@ -153,6 +153,31 @@ void HangMonitor::request_traces(const AttemptView& attempt) {
   }
 }
 
+bool HangMonitor::note_collective_timeouts(const std::vector<ProcessFailure>& failures) {
+  static constexpr std::string_view kSigns[] = {"Timed out waiting",
+                                                "collective operation timeout"};
+  bool any = false;
+  for (const ProcessFailure& f : failures) {
+    std::vector<std::string_view> texts{f.message, f.traceback};
+    for (const auto& line : f.stderr_tail) texts.push_back(line);
+    for (std::string_view text : texts) {
+      auto at = std::string_view::npos;
+      for (std::string_view sign : kSigns) at = std::min(at, text.find(sign));
+      if (at == std::string_view::npos) continue;
+      std::string_view rest = text.substr(at);
+      std::string frame(rest.substr(0, std::min<size_t>(rest.find('\n'), 120)));
+      places_[f.local_rank] = {StackPlace::Where::kInCollective, "", frame};
+      sys::log_line("rank " + std::to_string(f.global_rank) + " (local rank " +
+                    std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
+                    ") failed in a collective's timeout (" + frame +
+                    "): asking the others for their flight recorders");
+      any = true;
+      break;
+    }
+  }
+  return any;
+}
+
 asio::awaitable<void> HangMonitor::capture_for_peer(const AttemptView& attempt) {
   watchdog_->unwatch();
   request_traces(attempt);
@@ -275,8 +300,12 @@ void HangMonitor::add_failures(const AttemptView& attempt,
     f.hang = h.hang.describe();
     f.stacks_path = h.stacks.path;
     f.stack_head = h.stacks.head;
-    f.collective = verdict_.line;
     failures.push_back(std::move(f));
+  }
+  // Every failure of the attempt (a worker that died of the collective's timeout too) carries
+  // the judgement.
+  for (ProcessFailure& f : failures) {
+    if (f.collective.empty()) f.collective = verdict_.line;
   }
 }
 

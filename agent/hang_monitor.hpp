@@ -63,8 +63,13 @@ class HangMonitor {
   // workers are asked for their flight recorders first, and answer meanwhile.
   boost::asio::awaitable<void> capture(const AttemptView& attempt, const Observers& observers,
                                        std::set<int>& reported);
-  // Another node reported a hung worker: this node's part of the evidence, the stacks of its
-  // silent workers and the flight recorders of all.
+  // Which of `failures` died of a collective's own timeout (gloo's "Timed out waiting ...",
+  // NCCL's "Watchdog caught collective operation timeout" in its error file or stderr): each is
+  // placed inside a collective for the judgement. Returns whether any did.
+  bool note_collective_timeouts(const std::vector<ProcessFailure>& failures);
+  // Another node reported a hung worker, or a worker here died of a collective's timeout: this
+  // node's part of the evidence, the stacks of its silent workers and the flight recorders of
+  // all.
   boost::asio::awaitable<void> capture_for_peer(const AttemptView& attempt);
   // This node's evidence for the collective judgement: every worker's flight-recorder answer
   // (awaited until all answered, at most kTraceWait after the request) and where its stacks
@@ -82,8 +87,8 @@ class HangMonitor {
   // does not run the responder never answers).
   static constexpr std::chrono::milliseconds kTraceWait{1000};
 
-  // The hung workers of this attempt as failures (after the stop), with their stacks (and the
-  // collective judgement).
+  // The hung workers of this attempt as failures (after the stop), with their stacks; every
+  // failure gets the collective judgement, if any.
   void add_failures(const AttemptView& attempt, std::vector<ProcessFailure>& failures) const;
 
  private:

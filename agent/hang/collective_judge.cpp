@@ -357,9 +357,21 @@ CollectiveVerdict judge_collective_hang(const std::vector<RankEvidence>& ranks, 
     for (auto& n : never) parts.push_back(std::move(n));
     for (auto& d : disagree) parts.push_back(std::move(d));
   } else {
-    // No flight recorder shows a collective in flight: the stacks alone.
+    // No flight recorder shows a collective in flight: the stacks (and failures) place the
+    // ranks without one; a rank whose flight recorder shows nothing in flight is in none.
     std::vector<std::string> elsewhere;
     std::string op;
+    for (const auto& r : ranks) {
+      if (!r.trace) continue;
+      std::string last = "none";
+      for (const auto& [id, pg] : r.trace->pgs) {
+        if (id != "0" || pg.last_enqueued < 0) continue;
+        last = "#" + std::to_string(pg.last_enqueued);
+        if (const TraceEntry* e = pg.find(pg.last_enqueued)) last += " " + e->op;
+      }
+      v.culprits.push_back(r.rank);
+      elsewhere.push_back(who(r) + " is not in one (its flight recorder's last: " + last + ")");
+    }
     for (const RankEvidence* r : traceless) {
       if (r->place.where == StackPlace::Where::kInCollective) {
         v.waiting.push_back(r->rank);
@@ -373,7 +385,7 @@ CollectiveVerdict judge_collective_hang(const std::vector<RankEvidence>& ranks, 
     v.op = op;
     parts.push_back(ranks_word(v.waiting) + (v.waiting.size() == 1 ? " waits" : " wait") +
                     " in a collective" + (op.empty() ? std::string() : " (" + op + ")") +
-                    " (stacks only: no flight recorder)");
+                    " (no flight recorder of it)");
     for (auto& e : elsewhere) parts.push_back(std::move(e));
   }
   if (v.culprits.empty()) {

@@ -126,13 +126,26 @@ TEST(CollectiveJudge, StacksAloneWhenNoRankHasATrace) {
   auto v = judge_collective_hang({a, b, c}, 3, 0);
   EXPECT_FALSE(v.from_flight_recorder);
   EXPECT_EQ(v.line,
-            "ranks 0,2 wait in a collective (all_reduce) (stacks only: no flight recorder); rank 1 "
+            "ranks 0,2 wait in a collective (all_reduce) (no flight recorder of it); rank 1 "
             "(h, pid 11) is not in one (its stack: #0 clock_nanosleep)");
   // Every local rank waits and the job has more: the culprit is on another node.
   v = judge_collective_hang({a, b}, 4, 0);
   EXPECT_EQ(v.line,
-            "ranks 0,2 wait in a collective (all_reduce) (stacks only: no flight recorder); the "
+            "ranks 0,2 wait in a collective (all_reduce) (no flight recorder of it); the "
             "rank(s) they wait for are not on this node");
+}
+
+TEST(CollectiveJudge, ARankThatTimedOutWaitsAndATraceWithNothingInFlightIsElsewhere) {
+  // Rank 0 died of its collective's timeout (no trace left); rank 1's trace has nothing in
+  // flight.
+  RankEvidence dead;
+  dead.rank = 0, dead.pid = 10;
+  dead.place = {StackPlace::Where::kInCollective, "", "Timed out waiting 4000ms for recv"};
+  auto v = judge_collective_hang({dead, traced(1, kRank1)}, 2, 0);
+  EXPECT_EQ(v.culprits, std::vector<int>{1});
+  EXPECT_EQ(v.line,
+            "rank 0 waits in a collective (no flight recorder of it); rank 1 (node1, pid 4001) is "
+            "not in one (its flight recorder's last: #4 broadcast)");
 }
 
 TEST(CollectiveJudge, NothingInFlightIsNoVerdict) {

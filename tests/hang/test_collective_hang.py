@@ -72,7 +72,7 @@ def test_without_a_flight_recorder_the_stacks_place_the_ranks(jobs, tmp_path):
     err = job.stderr()
     line = verdict(err)
     assert re.fullmatch(
-        r"rank 0 waits in a collective \(all_reduce\) \(stacks only: no flight recorder\); "
+        r"rank 0 waits in a collective \(all_reduce\) \(no flight recorder of it\); "
         r"rank 1 \([^,]+, pid \d+\) is not in one \(its stack: "
         r"sleep_instead_of_the_collective \(skip_collective\.py:\d+\)\)", line), line
     assert "flight recorders: 0 of 2 workers answered" in err
@@ -93,6 +93,28 @@ def test_a_cold_worker_that_beats_with_the_python_module_answers(jobs, tmp_path)
                         verdict(err))
 
 
+def test_a_collective_timeout_is_explained_before_the_others_stop(jobs, tmp_path):
+    """No hang detection: rank 0's all_reduce times out in gloo (5 s) and rank 0 fails with
+    "Timed out waiting" on its stderr; before rank 1 is stopped, its flight recorder shows it
+    never entered the collective."""
+    ev = tmp_path / "events.jsonl"
+    job = jobs.start([*STANDALONE, "--max-restarts", "0", "--warm-start", "on", "--tee", "2",
+                      "--event-log", ev],
+                     SKIP, "--out", tmp_path / "result.json", "--gloo-timeout", "5",
+                     env=torch2_path_env())
+    assert job.wait(240) == 1, job.output()
+    err = job.stderr()
+    assert re.search(r"rank 0 \(local rank 0, pid \d+\) failed in a collective's timeout "
+                     r"\(Timed out waiting 5000ms", err), err
+    assert "flight recorders: 1 of 2 workers answered" in err, err
+    line = verdict(err)
+    assert re.fullmatch(r"rank 0 waits in a collective \(no flight recorder of it\); rank 1 "
+                        r"\([^,]+, pid \d+\) is not in one \(its flight recorder's last: "
+                        r"#4 all_reduce\)", line), line
+    assert events(ev, "collective_hang")[0]["culprits"] == [1]
+    assert f"  collective: {line}\n" in err[err.index("Root Cause"):], err  # the summary
+
+
 def test_torch_1_13_has_no_flight_recorder_and_says_so(jobs, tmp_path):
     """Warm torch 1.13 workers answer that their torch has no flight recorder; the native
     stacks (eu-stack; no py-spy for Debian's Python here) still tell the waiting rank."""
@@ -105,7 +127,7 @@ def test_torch_1_13_has_no_flight_recorder_and_says_so(jobs, tmp_path):
     assert "flight recorders: 0 of 2 workers answered (rank 0: this torch has no flight " \
            "recorder)" in err, err
     line = verdict(err)
-    assert line.startswith("rank 0 waits in a collective (stacks only: no flight recorder); "
+    assert line.startswith("rank 0 waits in a collective (no flight recorder of it); "
                            "rank 1 ("), line
 
 

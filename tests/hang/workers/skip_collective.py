@@ -2,7 +2,7 @@
 ddprun-specific but the documented heartbeat snippet).
 
     skip_collective.py --out FILE [--steps N] [--skip-rank R] [--skip-step S] [--skipper-beats]
-                       [--ddprun-module]
+                       [--ddprun-module] [--gloo-timeout SEC]
 
 Every rank all-reduces 1,000 floats per step and beats after it (so a rank waiting in a
 collective goes silent, as in a real job). On attempt 0 (TORCHELASTIC_RESTART_COUNT=0) rank R,
@@ -10,7 +10,8 @@ at step S, does not enter that step's all_reduce and sleeps instead: the others 
 Collectives are numbered from 1 per process group, so the stuck one is #S+1 and the skipping
 rank's last is #S. With --skipper-beats it keeps beating while it sleeps (it looks alive: only
 the waiting ranks go silent). With --ddprun-module it beats with the `ddprun` Python module's
-heartbeat() instead of the snippet. Rank 0 writes a JSON report to FILE when the job completes.
+heartbeat() instead of the snippet. --gloo-timeout (default 300) is the process group's own
+timeout: a short one makes the waiting ranks fail with gloo's "Timed out waiting". Rank 0 writes a JSON report to FILE when the job completes.
 """
 import argparse
 import datetime
@@ -44,6 +45,7 @@ def main():
     p.add_argument("--skip-step", type=int, default=4)
     p.add_argument("--skipper-beats", action="store_true")
     p.add_argument("--ddprun-module", action="store_true")
+    p.add_argument("--gloo-timeout", type=float, default=300)
     args = p.parse_args()
     if args.ddprun_module:
         global heartbeat
@@ -51,7 +53,7 @@ def main():
         heartbeat = ddprun.heartbeat
 
     # gloo's own timeout well past the hang timeout: ddprun finds the hang first.
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.gloo_timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     heartbeat()
