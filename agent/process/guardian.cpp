@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent/process/child_process.hpp"
+#include "agent/process/proc_stat.hpp"
 #include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
 
@@ -39,19 +40,11 @@ Guardian::ExitAction g_exit_action = nullptr;  // run_if_guardian's, for a guard
 // original one had) as `orphan-guardian <ddprun's pid>`, argv-style, for a guardian that was
 // not executed under that name.
 void retitle() {
-  std::ifstream in("/proc/self/stat");
-  std::string line;
-  std::getline(in, line);
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 > line.size()) return;
-  std::istringstream rest(line.substr(close + 2));
-  std::vector<unsigned long long> fields;  // field 3 (state) onwards; state reads as 0
-  std::string word;
-  while (rest >> word) fields.push_back(std::strtoull(word.c_str(), nullptr, 10));
+  const auto fields = proc_stat_fields(0);
   constexpr size_t kArgStart = 48 - 3, kArgEnd = 49 - 3;  // proc(5)'s 1-based numbers
   if (fields.size() <= kArgEnd) return;
-  char* start = reinterpret_cast<char*>(fields[kArgStart]);
-  char* end = reinterpret_cast<char*>(fields[kArgEnd]);
+  char* start = reinterpret_cast<char*>(std::strtoull(fields[kArgStart].c_str(), nullptr, 10));
+  char* end = reinterpret_cast<char*>(std::strtoull(fields[kArgEnd].c_str(), nullptr, 10));
   if (start == nullptr || end <= start) return;
   std::string title = std::string(kName) + '\0' + std::to_string(::getppid());
   const size_t room = static_cast<size_t>(end - start);

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/process/proc_stat.hpp"
+
 namespace ddprun::agent {
 namespace {
 
@@ -37,16 +39,9 @@ std::vector<pid_t> children() {
   for (const auto& e : fs::directory_iterator("/proc", ec)) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0;
-    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) {
-      out.push_back(static_cast<pid_t>(std::atol(name.c_str())));
-    }
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+    const auto fields = proc_stat_fields(pid);  // [0] state, [1] ppid
+    if (fields.size() > 1 && std::atol(fields[1].c_str()) == self) out.push_back(pid);
   }
   return out;
 }
