@@ -75,7 +75,7 @@ TEST(FlagTable, TheReadmeTableIsTheFlagTable) {
   text << in.rdbuf();
   const std::string readme = text.str();
   const std::string begin =
-      "<!-- flag table: launcher_test renders it from launcher/flags.cpp -->\n";
+      "<!-- flag table: launcher_test renders it from launcher/flag_table.cpp -->\n";
   const std::string end = "<!-- end of the flag table -->";
   const size_t from = readme.find(begin);
   const size_t to = readme.find(end);
