@@ -6,7 +6,17 @@
 include(GNUInstallDirs)
 
 install(TARGETS ddprun ddpstore RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The documentation as the repository lays it out, so that README.md's links into docs/, the
+# component READMEs and the benchmark figures resolve under /usr/share/doc/ddprun too.
+file(GLOB_RECURSE DDPRUN_DOCS RELATIVE ${PROJECT_SOURCE_DIR}
+  ${PROJECT_SOURCE_DIR}/docs/*.md ${PROJECT_SOURCE_DIR}/agent/*.md
+  ${PROJECT_SOURCE_DIR}/launcher/*.md ${PROJECT_SOURCE_DIR}/store/*.md
+  ${PROJECT_SOURCE_DIR}/worker-sdk/*.md ${PROJECT_SOURCE_DIR}/examples/*.md)
+list(APPEND DDPRUN_DOCS README.md tests/bench/README.md)
+foreach(doc IN LISTS DDPRUN_DOCS)
+  get_filename_component(doc_dir ${doc} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${doc} DESTINATION ${CMAKE_INSTALL_DOCDIR}/${doc_dir})
+endforeach()
 # The pure-Python `ddprun` module for Python workers (in-memory checkpoints, heartbeats), where
 # Debian's python3 finds it.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker-sdk/python/ddprun

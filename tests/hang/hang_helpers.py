@@ -10,6 +10,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,10 @@ from launcher_helpers import SOURCE_DIR, clean_env, free_port, pid_alive, wait_f
 from conftest import TORCH1_PYTHON, TORCH2_PYTHON  # noqa: E402,F401
 
 WORKERS = pathlib.Path(__file__).parent / "workers"
+# Two-node tests, as tests/multinode/mn_helpers.py: small timeouts so failures show quickly,
+# generous enough for a loaded 2-core CI machine.
+FAST_CONF = ("join_timeout=60,last_call_timeout=1,close_timeout=10,keep_alive_interval=1,"
+             "keep_alive_max_attempt=3")
 
 
 def worker(name):
@@ -181,3 +186,12 @@ def job_summary(text):
     return {"attempts": int(m.group(1)), "restarts": int(m.group(2)),
             "reformations": int(m.group(3)), "hangs": int(m.group(4)),
             "wall_s": float(m.group(5))}
+
+
+def listening(port, host="127.0.0.1"):
+    """Whether something accepts connections on host:port (an agent hosting the store)."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False

@@ -6,19 +6,16 @@ never entered it: on the console, in the failure summary, in the event log and i
 Without a flight recorder (torch 1.13, or cold workers) the stacks alone place each rank."""
 import json
 import re
-import socket
 
 import pytest
 
-from hang_helpers import (SOURCE_DIR, TORCH1_PYTHON, clean_env, events, free_port,  # noqa: F401
-                          health_port, http_get, jobs, torch2_path_env, wait_until, worker)
+from hang_helpers import (FAST_CONF, SOURCE_DIR, TORCH1_PYTHON, clean_env, events,  # noqa: F401
+                          free_port, health_port, http_get, jobs, listening, torch2_path_env,
+                          wait_until, worker)
 
 STANDALONE = ["--standalone", "--nproc-per-node", "2"]
 SKIP = worker("skip_collective.py")
 LINE = re.compile(r"collective hang: (.*)")
-# As tests/hang/test_hang_multinode.py.
-FAST_CONF = ("join_timeout=60,last_call_timeout=1,close_timeout=10,keep_alive_interval=1,"
-             "keep_alive_max_attempt=3")
 
 
 def verdict(err):
@@ -129,14 +126,6 @@ def test_torch_1_13_has_no_flight_recorder_and_says_so(jobs, tmp_path):
     line = verdict(err)
     assert line.startswith("rank 0 waits in a collective (no flight recorder of it); "
                            "rank 1 ("), line
-
-
-def listening(port, host="127.0.0.1"):
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("skipper_beats", [False, True])

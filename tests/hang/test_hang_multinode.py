@@ -2,24 +2,12 @@
 and every node restarts from the job-wide budget (the same TORCHELASTIC_RESTART_COUNT
 everywhere); the job then finishes on both nodes."""
 import re
-import socket
 
-from hang_helpers import (free_port, job_summary, jobs, records, stacks_file, wait_until,
-                          worker)  # noqa: F401 (jobs is a fixture)
+from hang_helpers import (FAST_CONF, free_port, job_summary, jobs, listening,  # noqa: F401
+                          records, stacks_file, wait_until, worker)
 
-# As tests/multinode/mn_helpers.py: small timeouts so failures show quickly, generous enough
-# for a loaded 2-core CI machine.
 # A SIGSTOPped worker only dies of SIGKILL, after the grace period: keep it short.
 STOPPED_GRACE = ["--shutdown-timeout", "3"]
-FAST_CONF = "join_timeout=60,last_call_timeout=1,close_timeout=10,keep_alive_interval=1,keep_alive_max_attempt=3"
-
-
-def listening(port, host="127.0.0.1"):
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def test_hung_worker_on_node_1_restarts_both_nodes(jobs, tmp_path):

@@ -181,7 +181,12 @@ def test_deb_unpacks_and_builds_a_find_package_project(dist, tmp_path):
                  "./usr/lib/libddprun_sdk.a", "./usr/lib/cmake/ddprun/ddprunConfig.cmake",
                  "./usr/lib/cmake/ddprun/ddprunTargets.cmake",
                  "./usr/lib/python3/dist-packages/ddprun/__init__.py",
-                 "./usr/lib/python3/dist-packages/ddprun/checkpoint.py"):
+                 "./usr/lib/python3/dist-packages/ddprun/checkpoint.py",
+                 "./usr/lib/python3/dist-packages/ddprun/flight_recorder.py",
+                 "./usr/share/doc/ddprun/README.md",
+                 "./usr/share/doc/ddprun/docs/hangs-health-events.md",
+                 "./usr/share/doc/ddprun/agent/ENVIRONMENT.md",
+                 "./usr/share/doc/ddprun/tests/bench/README.md"):
         assert re.search(rf"^-rw\S+ .* {re.escape(path)}$", listing, re.M) or \
             re.search(rf"^-rwx\S+ .* {re.escape(path)}$", listing, re.M), path
 

@@ -20,6 +20,16 @@
 
 namespace ddprun {
 
+namespace reducer_detail {
+int64_t bytes_of(const at::Tensor& t);
+// Greedy fill in `order`, one open bucket per (dtype, device); a bucket closes once it reaches
+// its cap (the first of each kind: first_cap). Buckets come out in the order they closed, then
+// the open ones.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params,
+                                                const std::vector<size_t>& order, int64_t first_cap,
+                                                int64_t cap);
+}  // namespace reducer_detail
+
 class Reducer {
  public:
   // `params` are the trainable parameters in module order; `names` their qualified names.
@@ -85,10 +95,10 @@ class Reducer {
   // Its gradient (or zeros, if it has none) into its bucket; got_gradient: from the hook, not
   // marked as unused.
   void mark_ready(size_t index, bool got_gradient);
-  void launch_ready_buckets();    // in index order, as far as complete
+  void launch_ready_buckets();  // in index order, as far as complete
   void launch_hook(size_t index);
-  void wait_bucket(Bucket& b);    // its reduction done, the result in b.flat
-  void finalize();                // end of backward (autograd engine callback)
+  void wait_bucket(Bucket& b);  // its reduction done, the result in b.flat
+  void finalize();              // end of backward (autograd engine callback)
   void fail_missing(const std::vector<size_t>& missing);
   // Parameter `index` no longer has the accumulator our hook is on (see above).
   bool replaced(size_t index) const;
@@ -131,14 +141,14 @@ class Reducer {
   bool callback_queued_ = false;
   size_t next_launch_ = 0;
 
-  int64_t iteration_ = 0;                // synchronised backwards completed
-  std::vector<uint8_t> used_;            // got a gradient since the last synchronised backward
-  std::vector<uint8_t> globally_unused_; // no rank used it (.grad is left alone)
-  std::vector<int> reduced_usage_;       // the last usage all-reduce's sums, per parameter
-  bool usage_known_ = false;             // globally_unused_ is valid
-  std::vector<size_t> static_unused_;    // static_graph: this rank's unused set, learned
-  bool static_unused_marked_ = false;    // marked ready in this backward already
-  std::vector<size_t> ready_order_;      // this rank's, from the backward records_order() names
+  int64_t iteration_ = 0;                 // synchronised backwards completed
+  std::vector<uint8_t> used_;             // got a gradient since the last synchronised backward
+  std::vector<uint8_t> globally_unused_;  // no rank used it (.grad is left alone)
+  std::vector<int> reduced_usage_;        // the last usage all-reduce's sums, per parameter
+  bool usage_known_ = false;              // globally_unused_ is valid
+  std::vector<size_t> static_unused_;     // static_graph: this rank's unused set, learned
+  bool static_unused_marked_ = false;     // marked ready in this backward already
+  std::vector<size_t> ready_order_;       // this rank's, from the backward records_order() names
   bool rebuild_due_ = false;
   bool rebuilt_ = false;
 };
