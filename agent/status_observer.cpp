@@ -1,5 +1,7 @@
 #include "agent/status_observer.hpp"
 
+#include <algorithm>
+
 #include "agent/health/prometheus.hpp"
 #include "agent/process/kill_cause.hpp"
 #include "store/sys/console.hpp"
@@ -55,6 +57,62 @@ void StatusObserver::on_transition(WorkerState, const Decision& d, const Observe
   }
 }
 
+WorkerStatus StatusObserver::worker_status(const StartedWorker& w,
+                                           std::chrono::steady_clock::time_point now) const {
+  WorkerStatus ws;
+  ws.local_rank = w.local_rank;
+  ws.rank = w.rank;
+  ws.pid = w.pid;
+  auto e = exits_.find(w.local_rank);
+  if (hung_.count(w.local_rank)) {
+    ws.state = "hung";
+  } else if (e == exits_.end()) {
+    ws.state = "running";
+  } else {
+    ws.state =
+        e->second.status.success() || exit_hung_.count(w.local_rank) ? "succeeded" : "failed";
+  }
+  if (e != exits_.end()) {
+    ws.exit = e->second.status.describe();
+    ws.exit_cause = e->second.cause;
+    ws.peak_rss_bytes = e->second.peak_rss_kb * 1024;
+  } else if (auto m = read_process_memory(w.pid)) {
+    ws.rss_bytes = m->rss_kb * 1024;
+    ws.peak_rss_bytes = m->peak_rss_kb * 1024;
+  }
+  if (watchdog_) {
+    if (auto beat = watchdog_->last_beat(w.local_rank)) {
+      ws.heartbeat_age_s = std::chrono::duration<double>(now - *beat).count();
+    }
+  }
+  return ws;
+}
+
+void StatusObserver::judge_health(JobStatus& s) const {
+  const auto running = std::count_if(s.workers.begin(), s.workers.end(),
+                                     [](const WorkerStatus& w) { return w.state == "running"; });
+  switch (state_) {
+    case WorkerState::kInit:
+      s.reason = "starting: rendezvous round " + std::to_string(round_.round) + " and the workers";
+      break;
+    case WorkerState::kHealthy:
+      s.reason = std::to_string(running) + " of " + std::to_string(s.workers.size()) +
+                 " workers running (attempt " + std::to_string(round_.restart_count) + ")";
+      break;
+    case WorkerState::kSucceeded:
+      s.reason = "the job succeeded";
+      break;
+    default:
+      s.healthy = false;
+      s.reason = unhealthy_reason_.empty() ? "the worker group is " + s.state : unhealthy_reason_;
+      break;
+  }
+  if (!hung_.empty()) {
+    s.healthy = false;
+    s.reason = unhealthy_reason_;
+  }
+}
+
 JobStatus StatusObserver::snapshot() const {
   const auto now = std::chrono::steady_clock::now();
   JobStatus s;
@@ -80,61 +138,10 @@ JobStatus StatusObserver::snapshot() const {
     s.memory_checkpoint_bytes = memory_->used_bytes();
   }
   s.uptime_s = summary_.uptime_s();
-
-  size_t running = 0;
   if (state_ != WorkerState::kInit) {
-    for (const StartedWorker& w : workers_) {
-      WorkerStatus ws;
-      ws.local_rank = w.local_rank;
-      ws.rank = w.rank;
-      ws.pid = w.pid;
-      auto e = exits_.find(w.local_rank);
-      if (hung_.count(w.local_rank)) {
-        ws.state = "hung";
-      } else if (e == exits_.end()) {
-        ws.state = "running";
-        ++running;
-      } else {
-        ws.state =
-            e->second.status.success() || exit_hung_.count(w.local_rank) ? "succeeded" : "failed";
-      }
-      if (e != exits_.end()) {
-        ws.exit = e->second.status.describe();
-        ws.exit_cause = e->second.cause;
-        ws.peak_rss_bytes = e->second.peak_rss_kb * 1024;
-      } else if (auto m = read_process_memory(w.pid)) {
-        ws.rss_bytes = m->rss_kb * 1024;
-        ws.peak_rss_bytes = m->peak_rss_kb * 1024;
-      }
-      if (watchdog_) {
-        if (auto beat = watchdog_->last_beat(w.local_rank)) {
-          ws.heartbeat_age_s = std::chrono::duration<double>(now - *beat).count();
-        }
-      }
-      s.workers.push_back(std::move(ws));
-    }
+    for (const StartedWorker& w : workers_) s.workers.push_back(worker_status(w, now));
   }
-
-  switch (state_) {
-    case WorkerState::kInit:
-      s.reason = "starting: rendezvous round " + std::to_string(round_.round) + " and the workers";
-      break;
-    case WorkerState::kHealthy:
-      s.reason = std::to_string(running) + " of " + std::to_string(s.workers.size()) +
-                 " workers running (attempt " + std::to_string(round_.restart_count) + ")";
-      break;
-    case WorkerState::kSucceeded:
-      s.reason = "the job succeeded";
-      break;
-    default:
-      s.healthy = false;
-      s.reason = unhealthy_reason_.empty() ? "the worker group is " + s.state : unhealthy_reason_;
-      break;
-  }
-  if (!hung_.empty()) {
-    s.healthy = false;
-    s.reason = unhealthy_reason_;
-  }
+  judge_health(s);
   return s;
 }
 

@@ -48,6 +48,11 @@ class StatusObserver final : public AgentObserver {
                      const RendezvousInfo& round) override;
 
  private:
+  WorkerStatus worker_status(const StartedWorker& w,
+                             std::chrono::steady_clock::time_point now) const;
+  // `s.reason` and `s.healthy` from the group's state and its workers.
+  void judge_health(JobStatus& s) const;
+
   std::string job_id_;
   const MemoryCheckpoints* memory_ = nullptr;
   const JobSummary& summary_;
