@@ -40,7 +40,8 @@ std::string answer_path(const std::string& dir, int rank) {
 }
 
 // The worker's answer, parsed; nullopt when it has none, or said why not (`note`).
-std::optional<RankTrace> read_answer(const std::string& path, std::string& note) {
+// A dump file's bytes; nullopt when it is absent or over kMaxTraceBytes (`note` says so).
+std::optional<std::string> read_dump(const std::string& path, std::string& note) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return std::nullopt;
   const auto size = static_cast<size_t>(std::max<std::streamoff>(in.tellg(), 0));
@@ -52,6 +53,14 @@ std::optional<RankTrace> read_answer(const std::string& path, std::string& note)
   in.seekg(0);
   in.read(text.data(), static_cast<std::streamsize>(size));
   text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+// The worker's answer (JSON), parsed; nullopt when it has none, or said why not (`note`).
+std::optional<RankTrace> read_answer(const std::string& path, std::string& note) {
+  auto dump = read_dump(path, note);
+  if (!dump) return std::nullopt;
+  const std::string& text = *dump;
   if (text.find("\"ddprun_no_trace\"") != std::string::npos && text.size() < 4096) {
     auto doc = nlohmann::json::parse(text, nullptr, false);
     if (doc.is_object() && doc["ddprun_no_trace"].is_string()) {
@@ -62,6 +71,17 @@ std::optional<RankTrace> read_answer(const std::string& path, std::string& note)
   std::string error;
   auto trace = parse_flight_recorder_json(text, &error);
   if (!trace) note = "unreadable flight recorder dump (" + error + ")";
+  return trace;
+}
+
+// torch's own dump of the rank (TORCH_FR_DUMP_TEMP_FILE<rank>, a pickle), e.g. NCCL's on a
+// collective's timeout, written before that worker exited.
+std::optional<RankTrace> read_torch_dump(const std::string& path, std::string& note) {
+  auto dump = read_dump(path, note);
+  if (!dump) return std::nullopt;
+  std::string error;
+  auto trace = parse_flight_recorder_pickle(*dump, &error);
+  if (!trace) note = "unreadable torch flight recorder dump (" + error + ")";
   return trace;
 }
 
@@ -213,6 +233,11 @@ asio::awaitable<std::vector<RankEvidence>> HangMonitor::local_evidence(const Att
     r.pid = attempt.processes.pid_of(w.local_rank);
     std::string note;
     r.trace = read_answer(answer_path(dir, w.global_rank), note);
+    if (!r.trace) {
+      std::string torch_note;
+      r.trace = read_torch_dump(dir + "/rank_" + std::to_string(w.global_rank), torch_note);
+      if (r.trace) note.clear();
+    }
     if (r.trace) ++traced;
     if (!note.empty()) notes.push_back("rank " + std::to_string(w.global_rank) + ": " + note);
     if (auto p = places_.find(w.local_rank); p != places_.end()) r.place = p->second;

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "agent/hang/fr_pickle.hpp"
+
 namespace ddprun::agent {
 
 namespace {
@@ -136,13 +138,13 @@ const TraceEntry* PgTrace::find(int64_t seq) const {
   return nullptr;
 }
 
-std::optional<RankTrace> parse_flight_recorder_json(std::string_view text, std::string* error) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+namespace {
+
+std::optional<RankTrace> flight_recorder_of(const json& doc, std::string* error) {
   auto fail = [&](const std::string& why) -> std::optional<RankTrace> {
     if (error) *error = why;
     return std::nullopt;
   };
-  if (doc.is_discarded()) return fail("not JSON");
   if (!doc.is_object()) return fail("not a JSON object");
   auto status = doc.find("pg_status");
   auto entries = doc.find("entries");
@@ -179,6 +181,23 @@ std::optional<RankTrace> parse_flight_recorder_json(std::string_view text, std::
   }
   trace.pgs.erase("");  // entries whose group we could not tell
   return trace;
+}
+
+}  // namespace
+
+std::optional<RankTrace> parse_flight_recorder_json(std::string_view text, std::string* error) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    if (error) *error = "not JSON";
+    return std::nullopt;
+  }
+  return flight_recorder_of(doc, error);
+}
+
+std::optional<RankTrace> parse_flight_recorder_pickle(std::string_view data, std::string* error) {
+  auto doc = read_pickle(data, error);
+  if (!doc) return std::nullopt;
+  return flight_recorder_of(*doc, error);
 }
 
 namespace {
@@ -388,7 +407,14 @@ CollectiveVerdict judge_collective_hang(const std::vector<RankEvidence>& ranks, 
                     " (no flight recorder of it)");
     for (auto& e : elsewhere) parts.push_back(std::move(e));
   }
-  if (v.culprits.empty()) {
+  std::vector<int> unknown;  // neither a trace nor stacks
+  for (const RankEvidence* r : traceless) {
+    if (r->place.where == StackPlace::Where::kUnknown) unknown.push_back(r->rank);
+  }
+  if (!unknown.empty()) {
+    parts.push_back(ranks_word(unknown) + ": no flight recorder and no stacks to tell");
+  }
+  if (v.culprits.empty() && unknown.empty()) {
     const int examined = static_cast<int>(ranks.size());
     parts.push_back(world_size > examined ? "the rank(s) they wait for are not on this node"
                                           : "no rank was found outside it");

@@ -12,7 +12,8 @@
 //                  "input_dtypes": ["Float"], "time_created_ns": ..., "is_p2p": false,
 //                  "retired": false, "state": "scheduled"}, ...]
 // That is all this file relies on; a field missing or of another type is skipped, and a
-// document without "pg_status" or "entries" is no trace.
+// document without "pg_status" is no trace. torch's pickled dumps (fr_pickle.hpp) have the
+// same fields, with integers where the JSON has strings of digits.
 //
 // The judgement, per process group: the stuck collective is the lowest sequence number some
 // rank enqueued and has not completed. Ranks that enqueued it wait in it; ranks whose last
@@ -55,6 +56,9 @@ struct RankTrace {
 
 // nullopt (and why in `error`) for a text that is not a flight-recorder dump.
 std::optional<RankTrace> parse_flight_recorder_json(std::string_view text, std::string* error);
+// The same from torch's pickle form of the dump (fr_pickle.hpp): the same fields, with
+// integers where the JSON form has strings of digits.
+std::optional<RankTrace> parse_flight_recorder_pickle(std::string_view data, std::string* error);
 
 // What the agent knows of one rank when it judges.
 struct RankEvidence {

@@ -148,6 +148,17 @@ TEST(CollectiveJudge, ARankThatTimedOutWaitsAndATraceWithNothingInFlightIsElsewh
             "not in one (its flight recorder's last: #4 broadcast)");
 }
 
+TEST(CollectiveJudge, ARankWithNoEvidenceIsSaidToBeUnknown) {
+  RankEvidence silent;
+  silent.rank = 1;
+  silent.pid = 77;
+  auto v = judge_collective_hang({traced(0, kRank0), silent}, 2, 0);
+  EXPECT_TRUE(v.culprits.empty());
+  EXPECT_EQ(v.line,
+            "collective #5 all_reduce (24.0 MB, pg 0): rank 0 waiting; rank 1: no flight "
+            "recorder and no stacks to tell");
+}
+
 TEST(CollectiveJudge, NothingInFlightIsNoVerdict) {
   EXPECT_EQ(judge_collective_hang({traced(1, kRank1)}, 2, 0).line, "");
   EXPECT_EQ(judge_collective_hang({}, 2, 0).line, "");

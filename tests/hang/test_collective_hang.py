@@ -112,6 +112,22 @@ def test_a_collective_timeout_is_explained_before_the_others_stop(jobs, tmp_path
     assert f"  collective: {line}\n" in err[err.index("Root Cause"):], err  # the summary
 
 
+def test_torchs_own_dump_of_a_rank_that_timed_out_is_read(jobs, tmp_path):
+    """Rank 0 times out in gloo and has torch write its flight recorder (a pickle in the
+    attempt's flight-recorder directory, as NCCL's dump on a timeout does) before it exits: the
+    agent reads it, so the line names collective #5 and the rank that never entered it."""
+    job = jobs.start([*STANDALONE, "--max-restarts", "0", "--warm-start", "on", "--tee", "2"],
+                     SKIP, "--out", tmp_path / "result.json", "--gloo-timeout", "5",
+                     "--torch-dump-on-timeout", env=torch2_path_env())
+    assert job.wait(240) == 1, job.output()
+    err = job.stderr()
+    assert "flight recorders: 2 of 2 workers answered" in err, err
+    assert re.fullmatch(r"collective #5 all_reduce \(4\.0 kB, pg 0\): rank 0 waiting [\d.]+ s; "
+                        r"rank 1 \([^,]+, pid \d+\) never entered it \(its last: #4 all_reduce\)",
+                        verdict(err))
+    assert next(job.log_dir.glob("*/attempt_0/flight_recorder/rank_0")).stat().st_size > 0
+
+
 def test_torch_1_13_has_no_flight_recorder_and_says_so(jobs, tmp_path):
     """Warm torch 1.13 workers answer that their torch has no flight recorder; the native
     stacks (eu-stack; no py-spy for Debian's Python here) still tell the waiting rank."""

@@ -2,7 +2,7 @@
 ddprun-specific but the documented heartbeat snippet).
 
     skip_collective.py --out FILE [--steps N] [--skip-rank R] [--skip-step S] [--skipper-beats]
-                       [--ddprun-module] [--gloo-timeout SEC]
+                       [--ddprun-module] [--gloo-timeout SEC] [--torch-dump-on-timeout]
 
 Every rank all-reduces 1,000 floats per step and beats after it (so a rank waiting in a
 collective goes silent, as in a real job). On attempt 0 (TORCHELASTIC_RESTART_COUNT=0) rank R,
@@ -11,7 +11,9 @@ Collectives are numbered from 1 per process group, so the stuck one is #S+1 and 
 rank's last is #S. With --skipper-beats it keeps beating while it sleeps (it looks alive: only
 the waiting ranks go silent). With --ddprun-module it beats with the `ddprun` Python module's
 heartbeat() instead of the snippet. --gloo-timeout (default 300) is the process group's own
-timeout: a short one makes the waiting ranks fail with gloo's "Timed out waiting". Rank 0 writes a JSON report to FILE when the job completes.
+timeout: a short one makes the waiting ranks fail with gloo's "Timed out waiting"; with
+--torch-dump-on-timeout a rank that times out first has torch write its flight recorder (a
+pickle, to TORCH_FR_DUMP_TEMP_FILE<rank>), as NCCL does on its own timeout. Rank 0 writes a JSON report to FILE when the job completes.
 """
 import argparse
 import datetime
@@ -46,6 +48,7 @@ def main():
     p.add_argument("--skipper-beats", action="store_true")
     p.add_argument("--ddprun-module", action="store_true")
     p.add_argument("--gloo-timeout", type=float, default=300)
+    p.add_argument("--torch-dump-on-timeout", action="store_true")
     args = p.parse_args()
     if args.ddprun_module:
         global heartbeat
@@ -62,7 +65,13 @@ def main():
         if rank == args.skip_rank and attempt == 0 and step == args.skip_step:
             sleep_instead_of_the_collective(args.skipper_beats)
         t = torch.ones(1000)
-        dist.all_reduce(t)
+        try:
+            dist.all_reduce(t)
+        except RuntimeError:
+            if args.torch_dump_on_timeout:
+                import torch._C._distributed_c10d as c10d
+                c10d._dump_fr_trace_file(rank)
+            raise
         total += t[0].item()
         heartbeat()
         time.sleep(0.05)
