@@ -12,6 +12,13 @@ def example(name):
     return str(EXAMPLES / name)
 
 
+# The variables ddprun gives every worker that torchrun does not (agent/ENVIRONMENT.md): the
+# heartbeat socket, the in-memory checkpoints, the flight-recorder directory (with torch's dump
+# prefix in it) and faulthandler for Python workers. Parity tests allow exactly these.
+DDPRUN_ONLY_ENV = frozenset({
+    "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_MEMORY_CHECKPOINT_DIR", "DDPRUN_MEMORY_CHECKPOINT_LIMIT",
+    "DDPRUN_FLIGHT_RECORDER", "TORCH_FR_DUMP_TEMP_FILE", "PYTHONFAULTHANDLER"})
+
 def clean_env(python=TORCH1_PYTHON, **extra):
     """The environment a test launches ddprun/torchrun with: no leftover PET_/torchelastic
     variables from the caller, PYTHON_EXEC pointing at the interpreter the workers should use."""

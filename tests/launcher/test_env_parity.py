@@ -7,16 +7,13 @@ error file's random directory) are compared by shape."""
 import json
 import re
 
-from launcher_helpers import clean_env, example, free_port, run
+from launcher_helpers import DDPRUN_ONLY_ENV, clean_env, example, free_port, run
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 # torch 1.13 names NCCL's variable without the TORCH_ prefix; torch 2.x with it and also
 # exports TORCHELASTIC_SIGNALS_TO_HANDLE. ddprun sets all three (agent/ENVIRONMENT.md), and
-# its own DDPRUN_HEARTBEAT_SOCKET, in-memory checkpoint directory and flight-recorder directory
-# (with torch's dump prefix in it).
-OURS_ONLY = {"DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_MEMORY_CHECKPOINT_DIR",
-             "DDPRUN_MEMORY_CHECKPOINT_LIMIT", "PYTHONFAULTHANDLER", "DDPRUN_FLIGHT_RECORDER",
-             "TORCH_FR_DUMP_TEMP_FILE"}
+# its own (DDPRUN_ONLY_ENV).
+OURS_ONLY = set(DDPRUN_ONLY_ENV)
 ONLY_TORCH2 = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"} | OURS_ONLY
 ONLY_TORCH1 = {"NCCL_ASYNC_ERROR_HANDLING"} | OURS_ONLY
 

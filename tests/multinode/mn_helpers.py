@@ -17,7 +17,8 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "launcher"))
-from launcher_helpers import SOURCE_DIR, clean_env, free_port, pid_alive, wait_for  # noqa: E402,F401
+from launcher_helpers import (DDPRUN_ONLY_ENV, SOURCE_DIR, clean_env, free_port,  # noqa: E402,F401
+                              pid_alive, wait_for)
 
 WORKERS = pathlib.Path(__file__).parent / "workers"
 EXAMPLES = SOURCE_DIR / "examples" / "python"

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from mn_helpers import Cluster, c10d_flags, records, store_has, wait_until, worker
+from mn_helpers import (DDPRUN_ONLY_ENV, Cluster, c10d_flags, records, store_has, wait_until,
+                        worker)
 
 
 @pytest.fixture
@@ -110,10 +111,7 @@ def test_two_c10d_nodes_match_torchrun_2(cluster, torchrun2, torch2_python, tmp_
     ours = job([cluster.ddprun], "d2")
     for rank in range(4):
         a, b = ours[rank], theirs[rank]
-        assert set(a) == set(b) | {"NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_HEARTBEAT_SOCKET",
-                                   "DDPRUN_MEMORY_CHECKPOINT_DIR",
-                                   "DDPRUN_MEMORY_CHECKPOINT_LIMIT", "PYTHONFAULTHANDLER"}, \
-            set(a) ^ set(b)
+        assert set(a) == set(b) | {"NCCL_ASYNC_ERROR_HANDLING"} | DDPRUN_ONLY_ENV, set(a) ^ set(b)
         for k in b:
             if k in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
                 continue

@@ -9,11 +9,10 @@ import socket
 
 import pytest
 
-from mn_helpers import (EXAMPLES, TORCH1_PYTHON, Cluster, Proc, clean_env, free_port, worker)
+from mn_helpers import (DDPRUN_ONLY_ENV, EXAMPLES, TORCH1_PYTHON, Cluster, Proc, clean_env,
+                        free_port, worker)
 
-ONLY_TORCH2 = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE",
-               "DDPRUN_HEARTBEAT_SOCKET", "DDPRUN_MEMORY_CHECKPOINT_DIR",
-               "DDPRUN_MEMORY_CHECKPOINT_LIMIT", "PYTHONFAULTHANDLER"}
+ONLY_TORCH2 = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"} | DDPRUN_ONLY_ENV
 
 
 @pytest.fixture
