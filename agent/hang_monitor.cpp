@@ -115,6 +115,7 @@ void HangMonitor::watch(std::vector<WatchedWorker> workers) {
   pending_.clear();
   hung_.clear();
   places_.clear();
+  timed_out_.clear();
   verdict_ = {};
   watchdog_->watch(std::move(workers));
 }
@@ -187,6 +188,7 @@ bool HangMonitor::note_collective_timeouts(const std::vector<ProcessFailure>& fa
       std::string_view rest = text.substr(at);
       std::string frame(rest.substr(0, std::min<size_t>(rest.find('\n'), 120)));
       places_[f.local_rank] = {StackPlace::Where::kInCollective, "", frame};
+      timed_out_.insert(f.local_rank);
       sys::log_line("rank " + std::to_string(f.global_rank) + " (local rank " +
                     std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
                     ") failed in a collective's timeout (" + frame +
@@ -241,6 +243,7 @@ asio::awaitable<std::vector<RankEvidence>> HangMonitor::local_evidence(const Att
     if (r.trace) ++traced;
     if (!note.empty()) notes.push_back("rank " + std::to_string(w.global_rank) + ": " + note);
     if (auto p = places_.find(w.local_rank); p != places_.end()) r.place = p->second;
+    r.timed_out = timed_out_.count(w.local_rank) > 0;
     evidence.push_back(std::move(r));
   }
   sys::log_line("  flight recorders: " + std::to_string(traced) + " of " +

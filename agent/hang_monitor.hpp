@@ -111,6 +111,7 @@ class HangMonitor {
   std::vector<Hang> pending_;         // found, stacks not taken yet
   std::vector<Hung> hung_;            // this attempt's, with their stacks
   std::map<int, StackPlace> places_;  // local rank -> where its stacks placed it
+  std::set<int> timed_out_;           // local ranks that died of a collective's timeout
   std::chrono::steady_clock::time_point requested_;
   CollectiveVerdict verdict_;  // this attempt's collective judgement (line empty: none)
 };

@@ -234,6 +234,7 @@ std::string encode_evidence(const std::vector<RankEvidence>& ranks) {
         {"rank", r.rank},
         {"host", r.host},
         {"pid", r.pid},
+        {"timed_out", r.timed_out},
         {"place",
          {{"where", where_name(r.place.where)}, {"op", r.place.op}, {"frame", r.place.frame}}}};
     if (r.trace) {
@@ -266,6 +267,9 @@ std::vector<RankEvidence> decode_evidence(std::string_view text) {
     r.host = text_of(item, "host");
     if (auto pid = item.find("pid"); pid != item.end()) {
       r.pid = static_cast<pid_t>(as_int(*pid).value_or(0));
+    }
+    if (auto t = item.find("timed_out"); t != item.end() && t->is_boolean()) {
+      r.timed_out = t->get<bool>();
     }
     if (auto place = item.find("place"); place != item.end() && place->is_object()) {
       r.place.where = where_of(text_of(*place, "where"));
@@ -313,8 +317,35 @@ std::string rank_ranges(std::vector<int> ranks) {
   return out;
 }
 
-CollectiveVerdict judge_collective_hang(const std::vector<RankEvidence>& ranks, int world_size,
+namespace {
+
+// A rank that died of its collective's timeout waited in its most recent collective (the group
+// whose last enqueued one was created last): that one counts as not completed.
+std::vector<RankEvidence> with_timeouts_in_flight(const std::vector<RankEvidence>& ranks) {
+  std::vector<RankEvidence> out = ranks;
+  for (auto& r : out) {
+    if (!r.timed_out || !r.trace) continue;
+    PgTrace* latest = nullptr;
+    int64_t latest_ns = -1;
+    for (auto& [id, pg] : r.trace->pgs) {
+      const TraceEntry* e = pg.find(pg.last_enqueued);
+      if (e && e->created_ns > latest_ns) {
+        latest = &pg;
+        latest_ns = e->created_ns;
+      }
+    }
+    if (latest && latest->last_completed >= latest->last_enqueued) {
+      latest->last_completed = latest->last_enqueued - 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+CollectiveVerdict judge_collective_hang(const std::vector<RankEvidence>& evidence, int world_size,
                                         int64_t now_ns) {
+  const std::vector<RankEvidence> ranks = with_timeouts_in_flight(evidence);
   CollectiveVerdict v;
   std::vector<std::string> parts;
   std::vector<const RankEvidence*> traceless;

@@ -67,6 +67,9 @@ struct RankEvidence {
   pid_t pid = 0;
   std::optional<RankTrace> trace;
   StackPlace place;  // from its stacks (unknown when none were taken)
+  // It died of a collective's own timeout: its most recent collective is the one it waited in,
+  // whatever its trace says of it (torch may mark the failed one completed before it dumps).
+  bool timed_out = false;
 };
 
 struct CollectiveVerdict {

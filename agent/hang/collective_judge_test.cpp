@@ -148,6 +148,26 @@ TEST(CollectiveJudge, ARankThatTimedOutWaitsAndATraceWithNothingInFlightIsElsewh
             "not in one (its flight recorder's last: #4 broadcast)");
 }
 
+TEST(CollectiveJudge, ARankThatTimedOutWaitedInItsLastCollectiveWhateverItsTraceSays) {
+  // torch marked the failed all_reduce completed before it dumped rank 0's recorder.
+  const std::string done =
+      dump(5, 5, entry(4, "broadcast", 1000, true) + "," + entry(5, "all_reduce", 6000000, true));
+  RankEvidence dead = traced(0, done);
+  dead.timed_out = true;
+  auto v = judge_collective_hang({dead, traced(1, kRank1)}, 2, 0);
+  EXPECT_EQ(v.seq, 5);
+  EXPECT_EQ(v.culprits, std::vector<int>{1});
+  EXPECT_EQ(v.line,
+            "collective #5 all_reduce (24.0 MB, pg 0): rank 0 waiting; rank 1 (node1, pid 4001) "
+            "never entered it (its last: #4 broadcast)");
+  // Without the timeout, that trace is a rank outside any collective: no verdict.
+  dead.timed_out = false;
+  EXPECT_EQ(judge_collective_hang({dead, traced(1, kRank1)}, 2, 0).line, "");
+  // The flag travels between nodes.
+  dead.timed_out = true;
+  EXPECT_TRUE(decode_evidence(encode_evidence({dead})).at(0).timed_out);
+}
+
 TEST(CollectiveJudge, ARankWithNoEvidenceIsSaidToBeUnknown) {
   RankEvidence silent;
   silent.rank = 1;
