@@ -35,7 +35,8 @@ def test_flight_recorder_names_the_rank_that_skipped_the_collective(jobs, tmp_pa
     job = jobs.start(["--standalone", "--nproc-per-node", str(nproc), "--hang-timeout", "3",
                       "--max-restarts", "1", "--warm-start", "on", "--event-log", ev,
                       "--health-port", "0"],
-                     SKIP, "--out", out, "--skip-rank", "1", env=torch2_path_env())
+                     SKIP, "--out", out, "--skip-rank", "1", "--steps", "60",  # /status stays up
+                     env=torch2_path_env())
     port = health_port(job)
     wait_until(lambda: "collective hang:" in job.stderr(), "the collective judgement", 120)
     status = json.loads(http_get(port, "/status")[1])
