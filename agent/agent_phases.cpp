@@ -166,6 +166,10 @@ asio::awaitable<Observed> Agent::Impl::worker_failed() {
 // rendezvous), judged the same way on every node.
 asio::awaitable<void> Agent::Impl::explain_hang() {
   auto mine = co_await hangs_->local_evidence(attempt());
+  if (!rdzv_->spans_nodes()) {  // one node: nothing to exchange, nothing to encode
+    hangs_->judge(attempt(), mine, observers_);
+    co_return;
+  }
   auto parts = co_await rdzv_->exchange_hang_evidence(encode_evidence(mine), kHangEvidenceWait);
   std::vector<RankEvidence> all;
   for (const auto& part : parts) {
