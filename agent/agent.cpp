@@ -88,8 +88,18 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
     set_state(WorkerState::kHealthy);
     log_started();
 
-    Observed seen = co_await monitor_phase();
-    Decision d = decide(WorkerState::kHealthy, seen.event, seen.restart_allowed);
+    Observed seen;
+    Decision d{Action::kExit, false, WorkerState::kStopped};
+    for (;;) {  // until an event ends the attempt: in-process recoveries keep it going
+      const WorkerState monitored = group_.state();
+      seen = co_await monitor_phase();
+      d = decide(monitored, seen.event, seen.restart_allowed);
+      if (d.action != Action::kReplace && d.action != Action::kResume) break;
+      transition(d, seen);
+      if (d.action == Action::kReplace) replace_failed();
+      if (d.action == Action::kResume) recovery_done();
+      set_state(d.next);
+    }
     if (d.action == Action::kAwaitOthers) {
       transition(d, seen);
       seen = co_await exit_barrier_phase();
@@ -197,7 +207,8 @@ void Agent::Impl::transition(const Decision& d, const Observed& seen) {
             std::to_string(r.restart_count) + " of " + std::to_string(r.max_restarts) +
             ", world size " + std::to_string(r.world_size) + ")";
   }
-  const bool continues = d.action == Action::kRestart || d.action == Action::kReform;
+  const bool continues =
+      d.action == Action::kRestart || d.action == Action::kReform || d.action == Action::kReplace;
   if (continues && !seen.what.empty()) line += ": " + seen.what;
   sys::log_line(line);
   if (d.action == Action::kReform) {

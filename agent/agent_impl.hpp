@@ -29,6 +29,7 @@
 #include "agent/event_log_observer.hpp"
 #include "agent/failure.hpp"
 #include "agent/hang_monitor.hpp"
+#include "agent/in_process_recovery.hpp"
 #include "agent/job_summary.hpp"
 #include "agent/memory_checkpoints.hpp"
 #include "agent/process/kill_cause.hpp"
@@ -69,6 +70,14 @@ class Agent::Impl {
   // What ends the running attempt now, or nothing (the monitor phase asks after each event).
   std::optional<Observed> judge();
   boost::asio::awaitable<Observed> worker_failed();
+  // In-process recovery (in_process_recovery.hpp): whether this node's failed workers can be
+  // replaced alone (then a restart is spent); the replacement; its end.
+  std::optional<Observed> replaceable();
+  void replace_failed();
+  void recovery_done();
+  std::vector<int> running_ranks() const;
+  static constexpr std::chrono::milliseconds kRecoveryPoll{5};
+  static constexpr std::chrono::seconds kRecoveryTimeout{120};
   // How long a node waits for the other nodes' evidence of a hang.
   static constexpr std::chrono::milliseconds kHangEvidenceWait{3000};
   boost::asio::awaitable<void> explain_hang();
@@ -114,6 +123,7 @@ class Agent::Impl {
   std::set<int> reported_;                // local ranks whose failure was collected this attempt
   std::vector<ProcessFailure> failures_;  // of the attempt that just ended
   std::set<int> exit_hung_;               // local ranks stopped after --exit-timeout
+  std::unique_ptr<InProcessRecovery> recovery_;  // --in-process-recovery
 
   // Signals.
   std::optional<int> signal_;

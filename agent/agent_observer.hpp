@@ -63,6 +63,12 @@ class AgentObserver {
     (void)round, (void)workers;
   }
   virtual void on_worker_exit(const ExitedWorker& exit) { (void)exit; }
+  // In-process recovery: `worker` was started again alone, to join process group `generation`;
+  // `round` carries the restart count that includes it.
+  virtual void on_worker_replaced(const RendezvousInfo& round, const StartedWorker& worker,
+                                  int generation) {
+    (void)round, (void)worker, (void)generation;
+  }
   // A worker was found hung; the group will stop. `rank`: its global rank.
   virtual void on_hang_found(const Hang& hang, int rank) { (void)hang, (void)rank; }
   // A FileTimer scope expired that asked for no signal: noted, nothing done.

@@ -85,6 +85,10 @@ std::optional<Observed> Agent::Impl::start_phase() {
     queue_.clear();  // the last attempt's exits and round ends are of no concern now
     pctx_.reset();   // the previous attempt's processes, before a warm start forks new ones
     if (memory_) memory_->remove_partial_saves();  // a killed worker's unfinished save
+    recovery_.reset();
+    if (spec_.in_process_recovery) {
+      recovery_ = std::make_unique<InProcessRecovery>(recovery_dir(attempt_dir_));
+    }
     pctx_ = std::make_unique<ProcessContext>(
         io_, guardian_, [this](int rank) { on_worker_exit(rank); }, &kill_causes_);
     pctx_->start(spec_.program, make_launches(group_, attempt_dir_, filtered_), reset_signals_,
@@ -113,15 +117,21 @@ std::optional<Observed> Agent::Impl::start_phase() {
 asio::awaitable<Observed> Agent::Impl::monitor_phase() {
   for (;;) {
     if (auto seen = judge()) {
-      if (seen->event == Event::kWorkerFailed) co_return co_await worker_failed();
+      if (seen->event == Event::kWorkerFailed) {
+        if (auto replace = replaceable()) co_return *replace;
+        co_return co_await worker_failed();
+      }
       if (hangs_ && seen->event == Event::kPeerFailed && rdzv_->round_end()->hang) {
         co_await hangs_->capture_for_peer(attempt());
         co_await explain_hang();
       }
       co_return *seen;
     }
-    const auto deadline = exit_deadline().value_or(Clock::time_point::max());
-    if (!co_await queue_.pop_until(deadline)) {
+    const auto exit_at = exit_deadline().value_or(Clock::time_point::max());
+    // While a recovery runs, the workers' answers are files: looked at every few ms.
+    const bool polling = recovery_ && recovery_->recovering();
+    const auto deadline = polling ? std::min(exit_at, Clock::now() + kRecoveryPoll) : exit_at;
+    if (!co_await queue_.pop_until(deadline) && Clock::now() >= exit_at) {
       co_await handle_exit_hang();  // stops the stragglers: the attempt's work is done
     }
   }
@@ -139,6 +149,15 @@ std::optional<Observed> Agent::Impl::judge() {
   }
   if ((hangs_ && hangs_->any_found()) || any_failed()) {
     return Observed{Event::kWorkerFailed, false, {}};
+  }
+  if (recovery_ && recovery_->recovering()) {
+    if (recovery_->complete(running_ranks())) return Observed{Event::kRecovered, false, {}};
+    if (recovery_->elapsed() > kRecoveryTimeout) {
+      sys::log_line("in-process recovery: generation " + std::to_string(recovery_->generation()) +
+                    " not complete after " + sys::seconds_text(kRecoveryTimeout) +
+                    ": restarting the worker group");
+      return Observed{Event::kWorkerFailed, false, {}};
+    }
   }
   if (pctx_->all_exited()) return Observed{Event::kWorkersSucceeded, false, {}};
   return std::nullopt;

@@ -66,6 +66,15 @@ void EventLogObserver::on_attempt(const RendezvousInfo& r,
   }
 }
 
+void EventLogObserver::on_worker_replaced(const RendezvousInfo& r, const StartedWorker& w,
+                                          int generation) {
+  log_.emit("worker_replaced", {{"local_rank", w.local_rank},
+                                {"rank", w.rank},
+                                {"pid", w.pid},
+                                {"attempt", r.restart_count},
+                                {"generation", generation}});
+}
+
 void EventLogObserver::on_worker_exit(const ExitedWorker& e) {
   nlohmann::json fields = {{"local_rank", e.local_rank}, {"pid", e.pid}, {"attempt", e.attempt}};
   if (e.rank >= 0) fields["rank"] = e.rank;

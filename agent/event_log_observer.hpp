@@ -18,6 +18,8 @@ class EventLogObserver final : public AgentObserver {
   void on_restart(const RendezvousInfo& round) override;
   void on_attempt(const RendezvousInfo& round, const std::vector<StartedWorker>& workers) override;
   void on_worker_exit(const ExitedWorker& exit) override;
+  void on_worker_replaced(const RendezvousInfo& round, const StartedWorker& worker,
+                          int generation) override;
   void on_hang_ignored(const Hang& hang, int rank) override;
   void on_hang_captured(const Hang& hang, int rank, const StackDump& stacks, int attempt) override;
   void on_collective_judged(const CollectiveVerdict& verdict, int attempt) override;

@@ -35,6 +35,9 @@ class JobSummary final : public AgentObserver {
     ++attempts_;
   }
   void on_hang_found(const Hang&, int) override { ++hangs_; }
+  void on_worker_replaced(const RendezvousInfo& round, const StartedWorker&, int) override {
+    round_ = round;
+  }
   void on_transition(WorkerState, const Decision& d, const Observed&,
                      const RendezvousInfo&) override {
     if (d.action == Action::kReform) ++reformations_;

@@ -50,11 +50,31 @@ Decision decide_healthy(Event event, bool restart_allowed) {
       return {A::kExit, true, S::kFailed};
     case E::kSignal:
       return {A::kExit, true, S::kStopped};
+    case E::kWorkerReplaceable:
+      return restart_allowed ? Decision{A::kReplace, false, S::kRecovering}
+                             : Decision{A::kFail, true, S::kFailed};
     case E::kRendezvousFailed:
     case E::kStartFailed:
+    case E::kRecovered:
       impossible(S::kHealthy, event);
   }
   impossible(S::kHealthy, event);
+}
+
+// While the failed workers' replacements join the survivors' rebuilt group. A second failure
+// ends the recovery: the whole group restarts.
+Decision decide_recovering(Event event, bool restart_allowed) {
+  switch (event) {
+    case E::kRecovered:
+      return {A::kResume, false, S::kHealthy};
+    case E::kWorkerReplaceable:
+      return decide_healthy(E::kWorkerFailed, restart_allowed);
+    case E::kRendezvousFailed:
+    case E::kStartFailed:
+      impossible(S::kRecovering, event);
+    default:
+      return decide_healthy(event, restart_allowed);
+  }
 }
 
 }  // namespace
@@ -65,6 +85,8 @@ Decision decide(WorkerState state, Event event, bool restart_allowed) {
       return decide_init(event);
     case S::kHealthy:
       return decide_healthy(event, restart_allowed);
+    case S::kRecovering:
+      return decide_recovering(event, restart_allowed);
     case S::kUnhealthy:  // transient: the loop is stopping the workers
     case S::kStopped:
     case S::kSucceeded:
@@ -80,6 +102,8 @@ std::string_view to_string(WorkerState state) {
       return "INIT";
     case S::kHealthy:
       return "HEALTHY";
+    case S::kRecovering:
+      return "RECOVERING";
     case S::kUnhealthy:
       return "UNHEALTHY";
     case S::kStopped:
@@ -116,6 +140,10 @@ std::string_view to_string(Event event) {
       return "rendezvous-failed";
     case E::kStartFailed:
       return "start-failed";
+    case E::kWorkerReplaceable:
+      return "worker-replaceable";
+    case E::kRecovered:
+      return "recovered";
   }
   return "?";
 }
@@ -134,6 +162,10 @@ std::string_view to_string(Action action) {
       return "fail";
     case A::kExit:
       return "exit";
+    case A::kReplace:
+      return "replace";
+    case A::kResume:
+      return "resume";
   }
   return "?";
 }

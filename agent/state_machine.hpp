@@ -17,13 +17,21 @@
 //
 // A hang (agent/hang/) is one more event, handled like a worker failure: the hung worker's
 // stacks are captured, the group is stopped and restarted if the job's budget allows.
+//
+// In-process recovery (--in-process-recovery, one node, workers in ddprun::TrainingLoop):
+//
+//   HEALTHY ──worker failed, the others can recover──▶ RECOVERING (only the dead rank is
+//            in process (a restart is spent)                  started again; the others stay)
+//   RECOVERING ──every rank runs the new generation──▶ HEALTHY
+//   RECOVERING ──another worker failed──▶ STOPPED ─▶ INIT (the full restart above)
+//   RECOVERING: any other event as in HEALTHY
 #pragma once
 
 #include <string_view>
 
 namespace ddprun::agent {
 
-enum class WorkerState { kInit, kHealthy, kUnhealthy, kStopped, kSucceeded, kFailed };
+enum class WorkerState { kInit, kHealthy, kRecovering, kUnhealthy, kStopped, kSucceeded, kFailed };
 
 enum class Event {
   kWorkersSucceeded,  // every worker of this node exited 0
@@ -37,6 +45,9 @@ enum class Event {
   kStoreLost,         // round end: the rendezvous store is gone
   kRendezvousFailed,  // no round could be formed
   kStartFailed,       // the workers could not be started
+  // In-process recovery (agent/in_process_recovery.hpp):
+  kWorkerReplaceable,  // a worker of this node failed; every other one can rebuild its group
+  kRecovered,          // every worker runs the rebuilt group
 };
 
 // What the agent does about an event.
@@ -47,6 +58,8 @@ enum class Action {
   kReform,       // stop the workers; rendezvous again without spending a restart
   kFail,         // stop the workers; no restart left: print the summary, leave
   kExit,         // stop the workers (if any); leave (signal, store lost, cannot start)
+  kReplace,      // start the failed workers again, alone; the others rebuild their group
+  kResume,       // the recovery is done: carry on
 };
 
 struct Decision {

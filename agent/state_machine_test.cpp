@@ -41,14 +41,32 @@ const std::vector<Row> kTable = {
     {S::kHealthy, E::kNodeLost, {}, {A::kReform, true, S::kInit}},
     {S::kHealthy, E::kStoreLost, {}, {A::kExit, true, S::kFailed}},
     {S::kHealthy, E::kSignal, {}, {A::kExit, true, S::kStopped}},
+    {S::kHealthy, E::kWorkerReplaceable, true, {A::kReplace, false, S::kRecovering}},
+    {S::kHealthy, E::kWorkerReplaceable, false, {A::kFail, true, S::kFailed}},
+    {S::kRecovering, E::kRecovered, {}, {A::kResume, false, S::kHealthy}},
+    {S::kRecovering, E::kWorkerReplaceable, true, {A::kRestart, true, S::kInit}},
+    {S::kRecovering, E::kWorkerReplaceable, false, {A::kFail, true, S::kFailed}},
+    {S::kRecovering, E::kWorkersSucceeded, {}, {A::kAwaitOthers, false, S::kHealthy}},
+    {S::kRecovering, E::kJobDone, {}, {A::kSucceed, false, S::kSucceeded}},
+    {S::kRecovering, E::kWorkerFailed, true, {A::kRestart, true, S::kInit}},
+    {S::kRecovering, E::kWorkerFailed, false, {A::kFail, true, S::kFailed}},
+    {S::kRecovering, E::kWorkerHung, true, {A::kRestart, true, S::kInit}},
+    {S::kRecovering, E::kWorkerHung, false, {A::kFail, true, S::kFailed}},
+    {S::kRecovering, E::kPeerFailed, true, {A::kRestart, true, S::kInit}},
+    {S::kRecovering, E::kPeerFailed, false, {A::kFail, true, S::kFailed}},
+    {S::kRecovering, E::kNodeJoined, {}, {A::kReform, true, S::kInit}},
+    {S::kRecovering, E::kNodeLost, {}, {A::kReform, true, S::kInit}},
+    {S::kRecovering, E::kStoreLost, {}, {A::kExit, true, S::kFailed}},
+    {S::kRecovering, E::kSignal, {}, {A::kExit, true, S::kStopped}},
 };
 
-const std::vector<S> kStates = {S::kInit,    S::kHealthy,   S::kUnhealthy,
+const std::vector<S> kStates = {S::kInit,    S::kHealthy,   S::kRecovering, S::kUnhealthy,
                                 S::kStopped, S::kSucceeded, S::kFailed};
 const std::vector<E> kEvents = {E::kWorkersSucceeded, E::kWorkerFailed, E::kWorkerHung,
                                 E::kSignal,           E::kNodeJoined,   E::kNodeLost,
                                 E::kPeerFailed,       E::kJobDone,      E::kStoreLost,
-                                E::kRendezvousFailed, E::kStartFailed};
+                                E::kRendezvousFailed, E::kStartFailed,  E::kWorkerReplaceable,
+                                E::kRecovered};
 
 std::optional<Decision> expected(S state, E event, bool restart_allowed) {
   for (const Row& r : kTable) {
@@ -76,15 +94,21 @@ TEST(StateMachine, EveryCombinationFollowsTheTable) {
       }
     }
   }
-  EXPECT_EQ(decided, 28);  // 11 rows that ignore restart_allowed, x 2; 6 rows that use it
+  // 18 rows that ignore restart_allowed, x 2; 16 rows that use it.
+  EXPECT_EQ(decided, 52);
 }
 
 TEST(StateMachine, OnlyFailuresDependOnTheRestartBudget) {
   for (E event : kEvents) {
-    if (event == E::kWorkerFailed || event == E::kWorkerHung || event == E::kPeerFailed) continue;
-    try {
-      EXPECT_EQ(decide(S::kHealthy, event, true), decide(S::kHealthy, event, false));
-    } catch (const std::logic_error&) {
+    if (event == E::kWorkerFailed || event == E::kWorkerHung || event == E::kPeerFailed ||
+        event == E::kWorkerReplaceable) {
+      continue;
+    }
+    for (S state : {S::kHealthy, S::kRecovering}) {
+      try {
+        EXPECT_EQ(decide(state, event, true), decide(state, event, false));
+      } catch (const std::logic_error&) {
+      }
     }
   }
 }
@@ -93,6 +117,11 @@ TEST(StateMachine, StoppingActionsEndOutsideHealthy) {
   for (const Row& r : kTable) {
     if (r.decision.stop_workers) {
       EXPECT_NE(r.decision.next, S::kHealthy);
+      EXPECT_NE(r.decision.next, S::kRecovering);
+    }
+    // The one recovery that keeps workers running starts only the failed ones.
+    if (r.decision.next == S::kRecovering) {
+      EXPECT_FALSE(r.decision.stop_workers);
     }
     if (r.decision.action == A::kRestart || r.decision.action == A::kReform) {
       EXPECT_EQ(r.decision.next, S::kInit);
@@ -104,6 +133,9 @@ TEST(StateMachine, NamesForLogLines) {
   EXPECT_EQ(to_string(S::kUnhealthy), "UNHEALTHY");
   EXPECT_EQ(to_string(E::kNodeLost), "node-lost");
   EXPECT_EQ(to_string(A::kReform), "re-form");
+  EXPECT_EQ(to_string(S::kRecovering), "RECOVERING");
+  EXPECT_EQ(to_string(E::kWorkerReplaceable), "worker-replaceable");
+  EXPECT_EQ(to_string(A::kReplace), "replace");
 }
 
 }  // namespace

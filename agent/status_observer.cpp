@@ -32,6 +32,15 @@ void StatusObserver::on_worker_exit(const ExitedWorker& e) {
   exits_[e.local_rank] = e;
 }
 
+void StatusObserver::on_worker_replaced(const RendezvousInfo& round, const StartedWorker& worker,
+                                        int) {
+  round_ = round;
+  exits_.erase(worker.local_rank);
+  for (StartedWorker& w : workers_) {
+    if (w.local_rank == worker.local_rank) w = worker;
+  }
+}
+
 void StatusObserver::on_hang_found(const Hang& hang, int rank) {
   hung_.insert(hang.local_rank);
   unhealthy_reason_ = "rank " + std::to_string(rank) + " hung: " + hang.describe();

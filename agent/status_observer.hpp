@@ -40,6 +40,8 @@ class StatusObserver final : public AgentObserver {
   void on_round(const RendezvousInfo& round, Millis took) override;
   void on_attempt(const RendezvousInfo& round, const std::vector<StartedWorker>& workers) override;
   void on_worker_exit(const ExitedWorker& exit) override;
+  void on_worker_replaced(const RendezvousInfo& round, const StartedWorker& worker,
+                          int generation) override;
   void on_hang_found(const Hang& hang, int rank) override;
   void on_collective_judged(const CollectiveVerdict& verdict, int attempt) override;
   void on_exit_hang(const StartedWorker& worker, const std::string& why, const StackDump& stacks,

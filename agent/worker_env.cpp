@@ -35,7 +35,8 @@ std::optional<std::string> virtual_device(const std::vector<std::string>& env, i
 
 std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker& worker,
                                           const std::string& error_file,
-                                          const std::string& flight_recorder_dir) {
+                                          const std::string& flight_recorder_dir,
+                                          const std::string& recovery_dir) {
   const WorkerSpec& spec = group.spec();
   const RendezvousInfo& round = group.round();
   const auto& base = spec.base_env;
@@ -77,6 +78,7 @@ std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker
       set["TORCH_FR_DUMP_TEMP_FILE"] = flight_recorder_dir + "/rank_";
     }
   }
+  if (!recovery_dir.empty()) set["DDPRUN_RECOVERY_DIR"] = recovery_dir;
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
     auto parent = find_env(base, name);
     set[name] = parent ? std::string(*parent) : "1";

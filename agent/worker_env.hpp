@@ -17,10 +17,12 @@
 namespace ddprun::agent {
 
 // "NAME=value" strings, ready for execve. `flight_recorder_dir` (empty: none) becomes
-// DDPRUN_FLIGHT_RECORDER and, unless the user set one, torch's TORCH_FR_DUMP_TEMP_FILE.
+// DDPRUN_FLIGHT_RECORDER and, unless the user set one, torch's TORCH_FR_DUMP_TEMP_FILE;
+// `recovery_dir` (empty: none) DDPRUN_RECOVERY_DIR (in_process_recovery.hpp).
 std::vector<std::string> build_worker_env(const WorkerGroup& group, const Worker& worker,
                                           const std::string& error_file,
-                                          const std::string& flight_recorder_dir = "");
+                                          const std::string& flight_recorder_dir = "",
+                                          const std::string& recovery_dir = "");
 
 // The value of NAME in a "NAME=value" list.
 std::optional<std::string_view> find_env(const std::vector<std::string>& env,

@@ -46,6 +46,9 @@ class WorkerGroup {
   const AgentEndpoints& endpoints() const { return endpoints_; }
   void set_endpoints(AgentEndpoints e) { endpoints_ = std::move(e); }
 
+  // In-process recovery spent a restart without a new round (the handler counted it).
+  void set_restart_count(int count) { round_.restart_count = count; }
+
   WorkerState state() const { return state_; }
   void set_state(WorkerState to) { state_ = to; }
 

@@ -72,7 +72,8 @@ std::vector<WorkerLaunch> make_launches(const WorkerGroup& group, const std::str
     l.global_rank = w.global_rank;
     const std::string rank_dir = attempt_dir + "/" + std::to_string(w.local_rank);
     l.error_file = rank_dir + "/error.json";
-    l.env = build_worker_env(group, w, l.error_file, flight_recorder_dir(attempt_dir));
+    l.env = build_worker_env(group, w, l.error_file, flight_recorder_dir(attempt_dir),
+                             spec.in_process_recovery ? recovery_dir(attempt_dir) : "");
     const std::map<std::string, std::string> macros{{"local_rank", std::to_string(w.local_rank)}};
     l.argv.push_back(spec.argv0);
     for (const auto& arg : spec.args) l.argv.push_back(safe_substitute(arg, macros));

@@ -38,9 +38,9 @@ struct WorkerSpec {
 
   bool virtual_local_rank = false;  // LOCAL_RANK=0, one device in CUDA_VISIBLE_DEVICES
 
-  // Hangs (agent/hang/, docs/hangs-health-events.md). A worker that has beaten once and then sends no
-  // heartbeat for hang_timeout is hung; one that sends no first beat within
-  // hang_start_timeout of its start too. 0: off.
+  // Hangs (agent/hang/, docs/hangs-health-events.md). A worker that has beaten once and then sends
+  // no heartbeat for hang_timeout is hung; one that sends no first beat within hang_start_timeout
+  // of its start too. 0: off.
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds hang_start_timeout{0};
   // torch's FileTimer protocol (TORCHELASTIC_ENABLE_FILE_TIMER=1): served on `timer_file`
@@ -67,6 +67,10 @@ struct WorkerSpec {
   std::optional<PythonEntry> python;
   bool warm_start = false;
   std::vector<std::string> warm_modules;
+
+  // In-process recovery (in_process_recovery.hpp): a failed worker is replaced alone when the
+  // others run the worker SDK's TrainingLoop. One node only.
+  bool in_process_recovery = false;
 
   // In-memory checkpoints (memory_checkpoints.hpp): their bound, in bytes, or as a percentage
   // of the node's memory when that is above 0; neither: off.

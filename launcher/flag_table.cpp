@@ -179,6 +179,14 @@ const std::vector<Flag>& flag_table() {
        .apply = v::warm_start_modules,
        .help = "what the warm-start zygote imports before forking (a missing one is skipped)",
        .group = "workers"},
+      {.name = "in_process_recovery",
+       .takes_value = false,
+       .apply = v::in_process_recovery,
+       .help = "when a worker of a one-node job dies and the others run the worker SDK's "
+               "TrainingLoop, start only it again: the others keep their processes, rebuild "
+               "their process group and hand it their state (spends a restart; anything else "
+               "restarts the group as usual) (docs/recovery.md)",
+       .group = "workers"},
       {.name = "memory_checkpoints",
        .metavar = "SIZE|N%|off",
        .default_value = "25%",

@@ -88,6 +88,10 @@ void version(LaunchConfig& c, const FlagValue& v) {
 void standalone(LaunchConfig& c, const FlagValue& v) {
   c.standalone = on(v);
 }
+void in_process_recovery(LaunchConfig& c, const FlagValue& v) {
+  c.in_process_recovery = on(v);
+}
+
 void virtual_local_rank(LaunchConfig& c, const FlagValue& v) {
   c.virtual_local_rank = on(v);
 }

@@ -183,6 +183,12 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
   s.duplicate_stdout_filters = c.duplicate_stdout_filters;
   s.duplicate_stderr_filters = c.duplicate_stderr_filters;
   s.virtual_local_rank = c.virtual_local_rank;
+  s.in_process_recovery = c.in_process_recovery && plan.kind != LaunchKind::kMultiNode;
+  if (c.in_process_recovery && !s.in_process_recovery) {
+    plan.notices.push_back(
+        "--in-process-recovery: a job of several nodes restarts its whole group when a worker "
+        "fails (in-process recovery is for one node for now)");
+  }
   if (s.virtual_local_rank) {
     for (int r = 0; r < s.local_world_size; ++r) {
       if (!agent::virtual_device(environ_strings, r)) {

@@ -74,6 +74,10 @@ std::string flight_recorder_dir(const std::string& attempt_dir) {
   return attempt_dir + "/flight_recorder";
 }
 
+std::string recovery_dir(const std::string& attempt_dir) {
+  return attempt_dir + "/recovery";
+}
+
 void RunLogDir::remove_temporary() {
   if (!temporary_) return;
   std::error_code ec;

@@ -35,5 +35,8 @@ class RunLogDir {
 // (the agent's requests, the answers of ddprun/flight_recorder.py: rank_<RANK>.json) and torch's
 // own dumps (TORCH_FR_DUMP_TEMP_FILE=<dir>/rank_, unless the user set it).
 std::string flight_recorder_dir(const std::string& attempt_dir);
+// The in-process recovery directory of an attempt (DDPRUN_RECOVERY_DIR: the agent's notices,
+// the workers' answers; agent/in_process_recovery.hpp). Made by the agent when asked for.
+std::string recovery_dir(const std::string& attempt_dir);
 
 }  // namespace ddprun::agent

@@ -43,12 +43,12 @@ Wiring wire(asio::io_context& io, const StreamTarget& target) {
       break;
     }
     case StreamTarget::Kind::kFile:
-      w.child_end = sys::open_for_write(target.path.c_str());
+      w.child_end = sys::open_for_write(target.path.c_str(), target.append);
       break;
     case StreamTarget::Kind::kTee: {
       sys::Pipe p = sys::make_pipe();
       PumpSinks sinks;
-      sinks.file = sys::open_for_write(target.path.c_str());
+      sinks.file = sys::open_for_write(target.path.c_str(), target.append);
       sinks.file_path = target.path;
       sinks.console_fd = target.console_fd;
       sinks.prefix = target.prefix;
@@ -97,40 +97,56 @@ ProcessContext::~ProcessContext() {
 void ProcessContext::start(const std::string& program, std::vector<WorkerLaunch> launches,
                            const std::vector<int>& reset_signals, const WarmSpawn& warm) {
   for (auto& launch : launches) {
-    auto slot = std::make_unique<Slot>();
-    slot->launch = std::move(launch);
-    Wiring out = wire(io_, slot->launch.out);
-    Wiring err = wire(io_, slot->launch.err);
-    auto argv = c_array(slot->launch.argv);
-    auto envp = c_array(slot->launch.env);
-    SpawnRequest req;
-    req.path = program.c_str();
-    req.argv = argv.data();
-    req.envp = envp.data();
-    req.stdout_fd = out.child_end.get();
-    req.stderr_fd = err.child_end.get();
-    req.reset_signals = reset_signals;
-    if (warm) {
-      if (auto child = warm(slot->launch, req.stdout_fd, req.stderr_fd)) {
-        slot->child.emplace(std::move(*child));
-      }
-    }
-    if (slot->child) {
-      ++warm_started_;
-    } else {
-      slot->child.emplace(ChildProcess::spawn(req));
-    }
-    if (guardian_) guardian_->watch(slot->child->pid());
-    if (causes_) causes_->started(slot->child->pid());
-    slot->pidfd =
-        std::make_unique<asio::posix::stream_descriptor>(io_, slot->child->take_pidfd().release());
-    slot->out_pump = std::move(out.pump);
-    slot->err_pump = std::move(err.pump);
-    if (slot->out_pump) slot->out_pump->start();
-    if (slot->err_pump) slot->err_pump->start();
-    slots_.push_back(std::move(slot));
-    watch_exit(slots_.size() - 1);
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->launch = std::move(launch);
+    spawn(slots_.size() - 1, program, reset_signals, warm);
   }
+}
+
+void ProcessContext::respawn(int local_rank, const std::string& program, WorkerLaunch launch,
+                             const std::vector<int>& reset_signals) {
+  const auto index = static_cast<size_t>(local_rank);
+  Slot& old = *slots_.at(index);
+  if (!old.exit) throw std::logic_error("respawn of a worker that has not exited");
+  auto slot = std::make_unique<Slot>();
+  slot->launch = std::move(launch);
+  slots_[index] = std::move(slot);
+  spawn(index, program, reset_signals, {});
+}
+
+void ProcessContext::spawn(size_t index, const std::string& program,
+                           const std::vector<int>& reset_signals, const WarmSpawn& warm) {
+  Slot& slot = *slots_[index];
+  Wiring out = wire(io_, slot.launch.out);
+  Wiring err = wire(io_, slot.launch.err);
+  auto argv = c_array(slot.launch.argv);
+  auto envp = c_array(slot.launch.env);
+  SpawnRequest req;
+  req.path = program.c_str();
+  req.argv = argv.data();
+  req.envp = envp.data();
+  req.stdout_fd = out.child_end.get();
+  req.stderr_fd = err.child_end.get();
+  req.reset_signals = reset_signals;
+  if (warm) {
+    if (auto child = warm(slot.launch, req.stdout_fd, req.stderr_fd)) {
+      slot.child.emplace(std::move(*child));
+    }
+  }
+  if (slot.child) {
+    ++warm_started_;
+  } else {
+    slot.child.emplace(ChildProcess::spawn(req));
+  }
+  if (guardian_) guardian_->watch(slot.child->pid());
+  if (causes_) causes_->started(slot.child->pid());
+  slot.pidfd =
+      std::make_unique<asio::posix::stream_descriptor>(io_, slot.child->take_pidfd().release());
+  slot.out_pump = std::move(out.pump);
+  slot.err_pump = std::move(err.pump);
+  if (slot.out_pump) slot.out_pump->start();
+  if (slot.err_pump) slot.err_pump->start();
+  watch_exit(index);
 }
 
 void ProcessContext::watch_exit(size_t index) {

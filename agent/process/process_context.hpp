@@ -33,6 +33,7 @@ struct StreamTarget {
   enum class Kind { kInherit, kDevNull, kFile, kTee };
   Kind kind = Kind::kInherit;
   std::string path;     // kFile, kTee: the log file
+  bool append = false;  // kFile, kTee: after what is there (a replaced worker's), not over it
   int console_fd = -1;  // kTee: ddprun's stdout/stderr, or -1 (file only, filtered out)
   std::string prefix;   // kTee: console line prefix
   std::shared_ptr<sys::UniqueFd> filtered_file;  // kTee: --duplicate-*-filters destination
@@ -80,6 +81,10 @@ class ProcessContext {
   // reaped by the destructor.
   void start(const std::string& program, std::vector<WorkerLaunch> launches,
              const std::vector<int>& reset_signals, const WarmSpawn& warm = {});
+  // Starts `local_rank`'s worker again (in-process recovery: the others keep running), cold,
+  // from `launch`. Only for a worker that has exited; its exit record is dropped.
+  void respawn(int local_rank, const std::string& program, WorkerLaunch launch,
+               const std::vector<int>& reset_signals);
   // How many of the running attempt's workers were started warm.
   size_t warm_started() const { return warm_started_; }
 
@@ -96,6 +101,8 @@ class ProcessContext {
 
  private:
   struct Slot;
+  void spawn(size_t index, const std::string& program, const std::vector<int>& reset_signals,
+             const WarmSpawn& warm);
   void watch_exit(size_t index);
   void on_exit(size_t index);
 

@@ -80,6 +80,11 @@ boost::asio::awaitable<RoundEnd> LocalRendezvous::report_failure(bool hang) {
   co_return end;
 }
 
+std::optional<int> LocalRendezvous::restart_in_place() {
+  if (!may_restart(restart_count_, options_.max_restarts)) return std::nullopt;
+  return ++restart_count_;
+}
+
 boost::asio::awaitable<void> LocalRendezvous::shutdown(Exit) {
   server_.reset();
   co_return;

@@ -102,6 +102,11 @@ class RendezvousHandler {
   // ended it (another node's event may have come first) and, for a failure, whether a restart
   // is left.
   virtual boost::asio::awaitable<RoundEnd> report_failure(bool hang) = 0;
+  // In-process recovery (agent/in_process_recovery.hpp): a failed worker is started again
+  // while the others run, in the same round. Spends one restart of the job's budget when one
+  // is left and returns the restart count after it; nullopt when none is left, or when the
+  // handler cannot (a multi-node round: the other nodes would have to rebuild too).
+  virtual std::optional<int> restart_in_place() { return std::nullopt; }
   // A hang's evidence (agent/hang/collective_judge.hpp), shared by the nodes of the running
   // round: publishes this node's `mine`, then returns every node's part that arrived within
   // `timeout`, this node's included, by node rank. One node: `mine` alone, at once.

@@ -155,8 +155,11 @@ int run(const Options& opt, const Timeline& timeline) {
   }
   BatchStream stream(data, world, rank, opt.seed, local_batch);
 
-  for (int64_t step = start; step < opt.steps; ++step) {
-    if (step == opt.kill_step && rank == opt.kill_rank && pg->env().restart_count == 0) {
+  at::Tensor loss;
+  int marked = -1;  // the process group generation of the last "step" line
+  auto one_step = [&](int64_t step) {
+    if (step == opt.kill_step && rank == opt.kill_rank && pg->env().restart_count == 0 &&
+        pg->generation() == 0) {
       std::cerr << "[train] rank " << rank << ": --kill-rank-at-step: SIGKILL at step " << step
                 << std::endl;
       timeline.mark("fault", step);
@@ -165,13 +168,14 @@ int run(const Options& opt, const Timeline& timeline) {
     auto idx = torch::tensor(stream.indices(step), torch::kLong);
     auto x = data.features.index_select(0, idx).to(device);
     auto y = data.labels.index_select(0, idx).to(device);
-    optimizer.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(ddp(x), y);
+    loss = torch::nn::functional::cross_entropy(ddp(x), y);
     loss.backward();
-    optimizer.step();
-
-    const int64_t done = step + 1;
-    if (step == start) timeline.mark("step", done);  // the first step of this attempt
+  };
+  auto after_step = [&](int64_t done) {
+    if (marked != pg->generation()) {  // the first step of this process, or since a recovery
+      marked = pg->generation();
+      timeline.mark("step", done);
+    }
     if (done % opt.log_every == 0 || done == opt.steps) {
       auto global = loss.detach().reshape({1}).clone();
       pg->all_reduce(global, ddprun::ReduceOp::kAvg);
@@ -189,7 +193,13 @@ int run(const Options& opt, const Timeline& timeline) {
       ddprun::save_checkpoint(checkpoint_file, {0, done, run_settings}, *model, optimizer);
       std::cout << "[train] checkpoint at step " << done << " -> " << checkpoint_file << std::endl;
     }
-  }
+  };
+  // The loop zeroes the gradients, steps the optimizer and, under ddprun --in-process-recovery,
+  // survives another rank's death: the step that failed runs again (training_loop.hpp).
+  // README training-loop begin
+  ddprun::TrainingLoop loop(ddp, *model, optimizer);
+  loop.run(start, opt.steps, one_step, after_step);
+  // README training-loop end
   const double sum = checksum(*model);
   if (rank == 0) {
     std::cout << "final params checksum: " << std::setprecision(12) << sum << std::endl;

@@ -17,8 +17,8 @@ Pipe make_pipe() {
   return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
-UniqueFd open_for_write(const char* path) {
-  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+UniqueFd open_for_write(const char* path, bool append) {
+  int fd = ::open(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw std::system_error(errno, std::generic_category(), std::string("cannot open ") + path);
   }

@@ -43,9 +43,9 @@ struct Pipe {
 // A close-on-exec pipe; throws std::system_error.
 Pipe make_pipe();
 
-// Opens `path` for writing (created, truncated, close-on-exec); throws std::system_error
-// naming the path.
-UniqueFd open_for_write(const char* path);
+// Opens `path` for writing (created, truncated or with `append` after its end, close-on-exec);
+// throws std::system_error naming the path.
+UniqueFd open_for_write(const char* path, bool append = false);
 
 // Writes all of `data` to `fd`, retrying on EINTR/EAGAIN. Returns false if the fd is gone
 // (EPIPE, EBADF...): console output to a closed pipe is dropped, never fatal.

@@ -33,9 +33,7 @@ struct MlpImpl : torch::nn::Module {
     fc1 = register_module("fc1", torch::nn::Linear(16, 16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 4));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return fc2(torch::tanh(fc1(torch::tanh(fc0(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::tanh(fc1(torch::tanh(fc0(x))))); }
   torch::nn::Linear fc0{nullptr}, fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -66,15 +64,9 @@ void tamper(Mlp& net, const std::string& how) {
 }
 
 void report(ddprun::ProcessGroup& pg, Mlp& net, bool rebuilt) {
-  uint64_t hash = 1469598103934665603ULL;  // FNV-1a over the parameters' bytes
+  const uint64_t hash = sdk_tool::params_hash(*net);
   double sum = 0;
-  for (const auto& p : net->parameters()) {
-    auto t = p.detach().contiguous();
-    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-    const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
-    for (size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
-    sum += t.sum().item<double>();
-  }
+  for (const auto& p : net->parameters()) sum += p.detach().sum().item<double>();
   std::printf("rank %d params %016" PRIx64 " sum %.9g rebuilt %d\n", pg.rank(), hash, sum,
               rebuilt ? 1 : 0);
   std::fflush(stdout);
@@ -84,8 +76,8 @@ struct Run {
   std::shared_ptr<ddprun::ProcessGroup> pg;
   Mlp net;
   std::string path;
-  int64_t steps = kSteps;    // train up to this step
-  int64_t save_at = -1;      // save the checkpoint after this many steps
+  int64_t steps = kSteps;  // train up to this step
+  int64_t save_at = -1;    // save the checkpoint after this many steps
   std::string tamper = "none";
   int64_t first_step = kSplit;  // where a resumed run starts
 };
@@ -118,7 +110,7 @@ void sgd_wrap_then_load(Run& r) {
   // README resume-sgd begin
   ddprun::DistributedDataParallel ddp(net, pg);  // wrap, then load, or the other way round
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  ddprun::TrainingProgress progress;             // step 0: a fresh start
+  ddprun::TrainingProgress progress;  // step 0: a fresh start
   if (auto saved = ddprun::load_checkpoint(*pg, path, *net, opt)) progress = *saved;
   for (int64_t step = progress.step; step < steps; ++step) {
     train_step(ddp, opt, step);
@@ -135,8 +127,8 @@ void zero_wrap_then_load(Run& r) {
   auto [pg, net, path, steps, save_at, train_step] = names(r);
   // README resume-zero begin
   ddprun::DistributedDataParallel ddp(net, pg);
-  auto opt = ddprun::make_zero<torch::optim::Adam>(net->parameters(), pg,
-                                                   torch::optim::AdamOptions(0.01));
+  auto opt =
+      ddprun::make_zero<torch::optim::Adam>(net->parameters(), pg, torch::optim::AdamOptions(0.01));
   ddprun::TrainingProgress progress;
   if (auto saved = ddprun::load_checkpoint(*pg, path, *net, opt)) progress = *saved;
   for (int64_t step = progress.step; step < steps; ++step) {

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <map>
 #include <sstream>
 #include <string>
@@ -21,6 +22,18 @@ inline void init_deterministic(torch::nn::Module& m) {
     p.copy_((torch::sin(t * 0.7 + k) * 0.3).reshape(p.sizes()));
     ++k;
   }
+}
+
+// FNV-1a over the bytes of every parameter: equal hashes mean bitwise equal models.
+inline uint64_t params_hash(torch::nn::Module& m) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (const auto& p : m.parameters()) {
+    auto t = p.detach().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+    for (size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  }
+  return hash;
 }
 
 // "--flag value" pairs over `defaults`.

@@ -12,6 +12,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "group_recovery.hpp"
+#include "training_state.hpp"
+
 namespace ddprun {
 namespace {
 
@@ -107,22 +110,6 @@ void check_memory_bound(const fs::path& target, size_t bytes) {
   }
 }
 
-std::string serialize(const TrainingProgress& progress, const torch::nn::Module& model,
-                      const torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive, model_archive, optimizer_archive, extra;
-  archive.write("epoch", torch::tensor(progress.epoch));
-  archive.write("step", torch::tensor(progress.step));
-  for (const auto& [name, value] : progress.extra) extra.write(name, torch::tensor(value));
-  archive.write("extra", extra);
-  model.save(model_archive);
-  optimizer.save(optimizer_archive);
-  archive.write("model", model_archive);
-  archive.write("optimizer", optimizer_archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
 // Rank 0's view of the file, tagged for the broadcast.
 std::string read_tagged(const fs::path& path) {
   std::error_code ec;
@@ -186,10 +173,48 @@ void restore_module(torch::nn::Module& module, torch::serialize::InputArchive& a
 
 }  // namespace
 
+namespace detail {
+
+std::string serialize_training_state(const TrainingProgress& progress,
+                                     const torch::nn::Module& model,
+                                     const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive, model_archive, optimizer_archive, extra;
+  archive.write("epoch", torch::tensor(progress.epoch));
+  archive.write("step", torch::tensor(progress.step));
+  for (const auto& [name, value] : progress.extra) extra.write(name, torch::tensor(value));
+  archive.write("extra", extra);
+  model.save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+TrainingProgress restore_training_state(const char* bytes, size_t size, c10::Device device,
+                                        torch::nn::Module& model,
+                                        torch::optim::Optimizer& optimizer) {
+  torch::serialize::InputArchive archive, model_archive, optimizer_archive, extra;
+  archive.load_from(bytes, size, device);
+  TrainingProgress progress;
+  progress.epoch = read_int(archive, "epoch");
+  progress.step = read_int(archive, "step");
+  archive.read("extra", extra);
+  for (const auto& key : extra.keys()) progress.extra[key] = read_int(extra, key);
+  archive.read("model", model_archive);
+  archive.read("optimizer", optimizer_archive);
+  restore_module(model, model_archive, "");
+  optimizer.load(optimizer_archive);
+  return progress;
+}
+
+}  // namespace detail
+
 void save_checkpoint(const std::string& path, const TrainingProgress& progress,
                      const torch::nn::Module& model, const torch::optim::Optimizer& optimizer) {
   const fs::path target = fs::absolute(path);
-  const std::string bytes = serialize(progress, model, optimizer);
+  const std::string bytes = detail::serialize_training_state(progress, model, optimizer);
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
   if (ec) fail(target.parent_path(), "cannot create the directory: " + ec.message());
@@ -205,23 +230,16 @@ void save_checkpoint(const std::string& path, const TrainingProgress& progress,
 std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::string& path,
                                                 torch::nn::Module& model,
                                                 torch::optim::Optimizer& optimizer) {
+  // A replacement in an in-process recovery gets the state from a survivor (its TrainingLoop),
+  // which loaded its checkpoint long ago: no collective, nothing to load.
+  if (detail::GroupRecovery::awaiting_state(pg)) return std::nullopt;
   std::string tagged = pg.broadcast_bytes(pg.rank() == 0 ? read_tagged(path) : std::string(), 0);
   if (tagged.empty()) fail(path, "nothing received from rank 0");
   if (tagged[0] == kMissing) return std::nullopt;
   if (tagged[0] == kUnreadable) fail(path, "cannot read on rank 0: " + tagged.substr(1));
   try {
-    torch::serialize::InputArchive archive, model_archive, optimizer_archive, extra;
-    archive.load_from(tagged.data() + 1, tagged.size() - 1, pg.device());
-    TrainingProgress progress;
-    progress.epoch = read_int(archive, "epoch");
-    progress.step = read_int(archive, "step");
-    archive.read("extra", extra);
-    for (const auto& key : extra.keys()) progress.extra[key] = read_int(extra, key);
-    archive.read("model", model_archive);
-    archive.read("optimizer", optimizer_archive);
-    restore_module(model, model_archive, "");
-    optimizer.load(optimizer_archive);
-    return progress;
+    return detail::restore_training_state(tagged.data() + 1, tagged.size() - 1, pg.device(), model,
+                                          optimizer);
   } catch (const Error& e) {
     fail(path, std::string("not a checkpoint of this model: ") + e.what());
   } catch (const c10::Error& e) {

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "group_recovery.hpp"
 #include "reducer.hpp"
 
 namespace ddprun {
@@ -115,12 +116,15 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
   if (trainable.empty()) {
     throw Error("DistributedDataParallel: the module has no parameter that requires a gradient");
   }
-  verify_same_parameters(*group_, named);
-
-  std::vector<at::Tensor> state;
-  for (const auto& [name, p] : named) state.push_back(p);
-  for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
-  broadcast_coalesced(*group_, state);
+  // A replacement in an in-process recovery is wrapped while the survivors train: they do not
+  // take part in these collectives; its TrainingLoop receives their state instead.
+  if (!detail::GroupRecovery::awaiting_state(*group_)) {
+    verify_same_parameters(*group_, named);
+    std::vector<at::Tensor> state;
+    for (const auto& [name, p] : named) state.push_back(p);
+    for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
+    broadcast_coalesced(*group_, state);
+  }
 
   reducer_ = std::make_unique<Reducer>(std::move(trainable), std::move(names), *group_, options_);
 }
@@ -174,6 +178,10 @@ void DataParallel::join_finish(bool is_last_joiner) {
   for (const at::Tensor& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
   broadcast_coalesced(*group_, state, root);
   reducer_->set_divisor(group_->size());
+}
+
+void DataParallel::abandon_backward() {
+  reducer_->abandon_backward();
 }
 
 std::vector<BucketInfo> DataParallel::buckets() const {

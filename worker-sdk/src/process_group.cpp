@@ -3,14 +3,16 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "backends.hpp"
-#include "ddprun/heartbeat.hpp"
 #include "compat.hpp"
+#include "ddprun/heartbeat.hpp"
+#include "group_recovery.hpp"
 #include "work_impl.hpp"
 
 namespace ddprun {
@@ -20,13 +22,50 @@ namespace ddprun {
 
 namespace {
 
+// One generation of a group, as its collectives' waits see it (in-process recovery only).
+struct GenerationWatch {
+  const detail::RecoveryChannel* channel = nullptr;  // null: plain waits
+  int generation = 0;
+  std::atomic<bool> failed{false};
+};
+
+// How often a wait looks for the agent's notice that a rank died. A survivor whose peers are
+// alive but wait in the same collective as it would otherwise wait out the group's timeout.
+constexpr std::chrono::milliseconds kNoticePoll{50};
+
+void await_work(c10d::Work& work, GenerationWatch* watch) {
+  if (watch == nullptr || watch->channel == nullptr) {
+    work.wait();
+    return;
+  }
+  try {
+    for (;;) {
+      try {
+        work.wait(kNoticePoll);  // throws when it failed, or when the poll's time is up
+        return;
+      } catch (const std::exception&) {
+        if (work.isCompleted()) throw;  // the collective failed (a peer's connection closed)
+      }
+      if (watch->channel->notice() > watch->generation) {
+        throw Error("collective abandoned: a rank of process group generation " +
+                    std::to_string(watch->generation) +
+                    " died and ddprun is replacing it (in-process recovery)");
+      }
+    }
+  } catch (...) {
+    watch->failed = true;
+    throw;
+  }
+}
+
 struct C10dWork : Work::Impl {
   c10::intrusive_ptr<c10d::Work> work;
+  std::shared_ptr<GenerationWatch> watch;
   std::function<void()> finish;  // runs once, after the first successful wait (e.g. AVG's divide)
   std::once_flag finished;
 
   void wait() override {
-    work->wait();
+    await_work(*work, watch.get());
     heartbeat();
     if (finish) std::call_once(finished, finish);
   }
@@ -50,18 +89,30 @@ struct ProcessGroup::Impl {
   WorkerEnv env;
   Backend backend = Backend::kGloo;
   c10::Device device = c10::Device(c10::kCPU);
+  c10::intrusive_ptr<c10d::Store> default_pg;  // below every generation's prefix
   c10::intrusive_ptr<c10d::Store> user_store;
   compat::BackendPtr pg;
   std::chrono::milliseconds timeout{0};
   c10::intrusive_ptr<c10d::Store> barrier_store;  // barrier(timeout) meets here
   int64_t barrier_round = 0;
 
+  // In-process recovery (training_loop.hpp): the agent's channel, this generation's watch, and
+  // whether this process is a replacement still waiting for the training state.
+  std::optional<detail::RecoveryChannel> recovery;
+  std::shared_ptr<GenerationWatch> watch = std::make_shared<GenerationWatch>();
+  bool awaiting_state = false;
+
   Work submit(c10::intrusive_ptr<c10d::Work> w, std::function<void()> finish = {}) {
     auto impl = std::make_shared<C10dWork>();
     impl->work = std::move(w);
+    impl->watch = watch;
     impl->finish = std::move(finish);
     return Work(std::move(impl));
   }
+  void await(const c10::intrusive_ptr<c10d::Work>& w) { await_work(*w, watch.get()); }
+
+  // The store and the backend of generation `g` (0: the first, as Python's default group).
+  void open_generation(int g, bool python_init_steps);
 };
 
 namespace {
@@ -87,40 +138,97 @@ Backend resolve_backend(Backend requested) {
                                                                     : Backend::kGloo;
 }
 
+// Generation 0 sits where Python's default group does; each rebuilt one (in-process recovery)
+// under a prefix of its own, so that no key of a failed generation is ever read again.
+c10::intrusive_ptr<c10d::Store> generation_store(const c10::intrusive_ptr<c10d::Store>& default_pg,
+                                                 int generation) {
+  if (generation == 0) return default_pg;
+  return c10::make_intrusive<c10d::PrefixStore>("ddprun_generation_" + std::to_string(generation),
+                                                default_pg);
+}
+
 std::shared_ptr<ProcessGroup> make_group(WorkerEnv env,
                                          const c10::intrusive_ptr<c10d::Store>& default_pg,
                                          const InitOptions& options, bool python_init_steps) {
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->timeout = options.timeout;
   impl->backend = resolve_backend(options.backend);
+  impl->default_pg = default_pg;
+  impl->env = std::move(env);
   const bool nccl = impl->backend == Backend::kNccl;
   if (nccl) {
     const int devices = detail::cuda_device_count();
     if (!detail::nccl_compiled()) {
-      detail::make_nccl_backend(default_pg, env.rank, env.world_size, 0, options.timeout);
+      detail::make_nccl_backend(default_pg, impl->env.rank, impl->env.world_size, 0,
+                                options.timeout);
     }
-    if (env.local_rank >= devices) {
-      throw Error("backend nccl: LOCAL_RANK=" + std::to_string(env.local_rank) + " but only " +
-                  std::to_string(devices) +
+    if (impl->env.local_rank >= devices) {
+      throw Error("backend nccl: LOCAL_RANK=" + std::to_string(impl->env.local_rank) +
+                  " but only " + std::to_string(devices) +
                   " CUDA device(s) are visible; run one worker per GPU (--nproc_per_node) or "
                   "use gloo");
     }
-    impl->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    impl->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(impl->env.local_rank));
   }
-  auto store = compat::backend_store(default_pg, nccl);
-  impl->pg = nccl ? detail::make_nccl_backend(store, env.rank, env.world_size, env.local_rank,
-                                              options.timeout)
-                  : detail::make_gloo_backend(store, env.rank, env.world_size, options.timeout);
+  // Only the process group of the worker's environment recovers in process, over Gloo (an
+  // NCCL communicator cannot be abandoned the way a Gloo context can).
+  int generation = 0;
+  if (python_init_steps && !nccl) {
+    impl->recovery = detail::RecoveryChannel::from_env();
+    if (impl->recovery) generation = impl->recovery->joined_generation();
+  }
+  impl->awaiting_state = generation > 0;
   impl->user_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_user", default_pg);
-  impl->barrier_store = c10::make_intrusive<c10d::PrefixStore>("ddprun_barrier", default_pg);
-  if (python_init_steps) {
-    compat::after_default_group_init(default_pg, *impl->pg, env.world_size, options.timeout);
-  }
-  impl->env = std::move(env);
+  impl->open_generation(generation, python_init_steps && generation == 0);
   return std::make_shared<ProcessGroup>(std::move(impl));
 }
 
 }  // namespace
+
+void ProcessGroup::Impl::open_generation(int g, bool python_init_steps) {
+  const bool nccl = backend == Backend::kNccl;
+  auto store = generation_store(default_pg, g);
+  auto backend_store = compat::backend_store(store, nccl);
+  pg = nccl ? detail::make_nccl_backend(backend_store, env.rank, env.world_size, env.local_rank,
+                                        timeout)
+            : detail::make_gloo_backend(backend_store, env.rank, env.world_size, timeout);
+  barrier_store = c10::make_intrusive<c10d::PrefixStore>(
+      g == 0 ? std::string("ddprun_barrier") : "ddprun_barrier_" + std::to_string(g), default_pg);
+  barrier_round = 0;
+  watch = std::make_shared<GenerationWatch>();
+  watch->channel = recovery ? &*recovery : nullptr;
+  watch->generation = g;
+  if (python_init_steps) {
+    compat::after_default_group_init(default_pg, *pg, env.world_size, timeout);
+  }
+}
+
+namespace detail {
+
+const std::optional<RecoveryChannel>& GroupRecovery::channel(const ProcessGroup& group) {
+  return group.impl_->recovery;
+}
+
+bool GroupRecovery::failed(const ProcessGroup& group) {
+  return group.impl_->watch->failed;
+}
+
+bool GroupRecovery::awaiting_state(const ProcessGroup& group) {
+  return group.impl_->awaiting_state;
+}
+
+void GroupRecovery::state_received(ProcessGroup& group) {
+  group.impl_->awaiting_state = false;
+}
+
+void GroupRecovery::rebuild(ProcessGroup& group, int generation) {
+  // Leaked on purpose (see group_recovery.hpp): a few threads and buffers per recovery.
+  static auto* abandoned = new std::vector<compat::BackendPtr>();
+  abandoned->push_back(std::move(group.impl_->pg));
+  group.impl_->open_generation(generation, /*python_init_steps=*/false);
+}
+
+}  // namespace detail
 
 Backend parse_backend(std::string_view name) {
   if (name == "auto") return Backend::kAuto;
@@ -159,6 +267,10 @@ c10::intrusive_ptr<c10d::Store> ProcessGroup::store() const {
 }
 std::chrono::milliseconds ProcessGroup::timeout() const {
   return impl_->timeout;
+}
+
+int ProcessGroup::generation() const {
+  return impl_->watch->generation;
 }
 
 Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
@@ -206,7 +318,7 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int i = 0; i < size(); ++i) outputs[0].push_back(at::empty_like(input));
   std::vector<at::Tensor> inputs{input};
-  impl_->pg->allgather(outputs, inputs)->wait();
+  impl_->await(impl_->pg->allgather(outputs, inputs));
   heartbeat();
   return outputs[0];
 }
@@ -220,7 +332,7 @@ void ProcessGroup::reduce(at::Tensor& tensor, int dst, ReduceOp op) {
   opts.rootRank = dst;
   opts.rootTensor = 0;
   std::vector<at::Tensor> tensors{tensor};
-  impl_->pg->reduce(tensors, opts)->wait();
+  impl_->await(impl_->pg->reduce(tensors, opts));
   heartbeat();
   if (op == ReduceOp::kAvg && rank() == dst) {
     if (tensor.is_floating_point() || tensor.is_complex()) {
@@ -257,9 +369,9 @@ void ProcessGroup::barrier(std::chrono::milliseconds timeout) {
         }
         if (!arrived) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
-      throw Error("barrier timed out after " + std::to_string(timeout.count()) +
-                  " ms on rank " + std::to_string(rank()) + "; rank(s) not arrived: " +
-                  (missing.empty() ? "unknown" : missing));
+      throw Error("barrier timed out after " + std::to_string(timeout.count()) + " ms on rank " +
+                  std::to_string(rank()) +
+                  "; rank(s) not arrived: " + (missing.empty() ? "unknown" : missing));
     }
   }
   heartbeat();
@@ -273,7 +385,7 @@ void ProcessGroup::barrier() {
     t.cpu();
     return;
   }
-  impl_->pg->barrier()->wait();
+  impl_->await(impl_->pg->barrier());
   heartbeat();
 }
 
@@ -338,7 +450,7 @@ std::vector<std::string> ProcessGroup::gather_bytes(std::string_view bytes, int 
   }
   c10d::GatherOptions opts;
   opts.rootRank = dst;
-  impl_->pg->gather(outputs, inputs, opts)->wait();
+  impl_->await(impl_->pg->gather(outputs, inputs, opts));
   heartbeat();
   std::vector<std::string> out;
   if (rank() != dst) return out;

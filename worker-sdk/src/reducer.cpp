@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "ddprun/heartbeat.hpp"
+#include "group_recovery.hpp"
 
 namespace ddprun {
 namespace {
@@ -50,6 +51,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       assign_buckets(params_, reverse, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
   std::stable_sort(assignment.begin(), assignment.end(),
                    [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  fixed_layout_ = detail::GroupRecovery::channel(group_).has_value();
   // One shared-memory slot for all buckets when every rank is on this host (see
   // shm_allreduce.hpp), sized for any layout (each bucket pads to 64 bytes), so that the
   // rebuilt buckets fit in it too.
@@ -85,6 +87,12 @@ void Reducer::set_sync(bool sync) {
   throw Error("DistributedDataParallel (rank " + std::to_string(group_.rank()) +
               "): the previous backward pass did not finish reducing gradients (it raised or "
               "was interrupted); the ranks may be out of step");
+}
+
+void Reducer::abandon_backward() {
+  std::lock_guard<std::mutex> lock(mu_);
+  reset();
+  callback_queued_ = false;
 }
 
 std::string Reducer::describe(size_t index) const {

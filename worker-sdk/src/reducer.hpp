@@ -41,6 +41,9 @@ class Reducer {
 
   // Whether the next backward all-reduces (false under no_sync).
   void set_sync(bool sync);
+  // Forgets a backward whose reductions failed (a peer died: in-process recovery), without the
+  // error set_sync() raises for one: the buckets in flight are abandoned with their generation.
+  void abandon_backward();
   // Buckets go to `hook` instead of the built-in all-reduce. Before the first backward only.
   void set_comm_hook(CommHook hook);
   // The built-in reduction averages over `ranks` (default: the group's size); under a Join
@@ -115,7 +118,7 @@ class Reducer {
   // The backward whose ready order the rebuild uses, as PyTorch: the first synchronised one, the
   // second with static_graph (the first only counts), none with find_unused_parameters alone.
   bool records_order() const {
-    if (rebuilt_ || rebuild_due_) return false;
+    if (rebuilt_ || rebuild_due_ || fixed_layout_) return false;
     if (options_.static_graph) return iteration_ == 1;
     return !options_.find_unused_parameters && iteration_ == 0;
   }
@@ -151,6 +154,10 @@ class Reducer {
   std::vector<size_t> ready_order_;       // this rank's, from the backward records_order() names
   bool rebuild_due_ = false;
   bool rebuilt_ = false;
+  // In-process recovery: a replacement must build the buckets the survivors have, so nobody
+  // rebuilds them (the rebuild is a collective of the first iterations, which a replacement
+  // would run alone).
+  bool fixed_layout_ = false;
 };
 
 }  // namespace ddprun

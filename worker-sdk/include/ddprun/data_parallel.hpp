@@ -129,6 +129,10 @@ class DataParallel : public Joinable {
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  // Forgets a backward pass whose gradient reductions failed because a rank died, so the step
+  // can run again once the group is rebuilt (TrainingLoop does this: training_loop.hpp).
+  void abandon_backward();
+
   // Buckets are reduced by `hook` from now on (see comm_hooks.hpp): once, before the first
   // backward, on every rank. Replaces the built-in all-reduce, the shared-memory transport and
   // DdpOptions::compression (which must be off).

@@ -13,4 +13,5 @@
 #include "ddprun/record.hpp"
 #include "ddprun/sampler.hpp"
 #include "ddprun/sync_batchnorm.hpp"
+#include "ddprun/training_loop.hpp"
 #include "ddprun/zero_optimizer.hpp"

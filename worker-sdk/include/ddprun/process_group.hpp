@@ -25,6 +25,10 @@
 
 namespace ddprun {
 
+namespace detail {
+class GroupRecovery;
+}
+
 enum class Backend {
   kAuto,  // NCCL when built with CUDA support and a CUDA device is present, else Gloo
   kGloo,
@@ -80,6 +84,11 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store() const;
   // The timeout collectives and the store run under (InitOptions::timeout).
   std::chrono::milliseconds timeout() const;
+  // How many times the group was rebuilt in place after a rank died (in-process recovery,
+  // training_loop.hpp); 0 for a group that never was. A process started as a replacement
+  // begins at the generation it joins: it has no training state until its TrainingLoop runs,
+  // so it skips what the others did before theirs (see training_loop.hpp).
+  int generation() const;
 
   // In-place collectives. The blocking forms return when the result is in `tensor`.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
@@ -108,6 +117,7 @@ class ProcessGroup {
   std::vector<std::string> gather_bytes(std::string_view bytes, int dst = 0);
 
  private:
+  friend class detail::GroupRecovery;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,115 @@
+// The agent loop's in-process recovery (--in-process-recovery, in_process_recovery.hpp): a
+// failed worker replaced alone while the others keep running, and the end of that recovery.
+#include <cstdio>
+
+#include "agent/agent_impl.hpp"
+#include "store/sys/log.hpp"
+
+namespace ddprun::agent {
+
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// `name`=`value` in `env`, replacing what was there.
+void set_env(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  const std::string prefix = name + "=";
+  for (auto& kv : env) {
+    if (kv.compare(0, prefix.size(), prefix) == 0) {
+      kv = prefix + value;
+      return;
+    }
+  }
+  env.push_back(prefix + value);
+}
+
+}  // namespace
+
+std::vector<int> Agent::Impl::running_ranks() const {
+  std::vector<int> ranks;
+  for (const Worker& w : group_.workers()) {
+    if (!pctx_->exit_of(w.local_rank)) ranks.push_back(w.global_rank);
+  }
+  return ranks;
+}
+
+// A healthy group whose failed workers all died (none hung, none exited 0) while every other
+// one runs a TrainingLoop of the current generation: those can rebuild their process group
+// with a replacement. Anything else restarts the group as before.
+std::optional<Observed> Agent::Impl::replaceable() {
+  if (!recovery_ || group_.state() != WorkerState::kHealthy) return std::nullopt;
+  if (hangs_ && hangs_->any_found()) return std::nullopt;
+  std::vector<int> failed;
+  for (const Worker& w : group_.workers()) {
+    const auto& e = pctx_->exit_of(w.local_rank);
+    if (!e) continue;
+    if (e->status.success()) return std::nullopt;  // the job is ending: nothing to recover
+    failed.push_back(w.global_rank);
+  }
+  const std::vector<int> running = running_ranks();
+  if (failed.empty() || running.empty()) return std::nullopt;
+  if (!recovery_->ready(running)) {
+    sys::log_line(
+        "in-process recovery: not every other worker runs a ddprun::TrainingLoop of "
+        "process group generation " +
+        std::to_string(recovery_->generation()) + ": restarting the worker group");
+    return std::nullopt;
+  }
+  std::optional<int> count = rdzv_->restart_in_place();
+  if (!count) return std::nullopt;      // no restart left: the failure path says so
+  failures_ = collect_failures(false);  // logged as the attempt's, before the count moves on
+  group_.set_restart_count(*count);
+  return Observed{
+      Event::kWorkerReplaceable, true,
+      "rank(s) " + rank_list(failed) + " failed; rank(s) " + rank_list(running) + " keep running"};
+}
+
+void Agent::Impl::replace_failed() {
+  std::vector<int> failed_local, failed_ranks;
+  for (const Worker& w : group_.workers()) {
+    if (pctx_->exit_of(w.local_rank)) {
+      failed_local.push_back(w.local_rank);
+      failed_ranks.push_back(w.global_rank);
+    }
+  }
+  const int generation = recovery_->begin(failed_ranks);
+  const RendezvousInfo& round = group_.round();
+  for (int local_rank : failed_local) {
+    const pid_t old_pid = pctx_->pid_of(local_rank);
+    WorkerLaunch launch = pctx_->launch_of(local_rank);
+    // The attempt's own variables stay (TORCHELASTIC_RESTART_COUNT among them: torch 1.13's
+    // store keys carry it, and the replacement meets the others under the attempt's keys).
+    set_env(launch.env, "DDPRUN_RECOVERY_GENERATION", std::to_string(generation));
+    launch.out.append = launch.err.append = true;  // after the dead worker's output
+    std::remove(launch.error_file.c_str());        // collected above; the new one is its own
+    pctx_->respawn(local_rank, spec_.program, std::move(launch), reset_signals_);
+    reported_.erase(local_rank);
+    const Worker& w = group_.workers()[static_cast<size_t>(local_rank)];
+    const StartedWorker started{local_rank, w.global_rank, pctx_->pid_of(local_rank)};
+    sys::log_line("in-process recovery: rank " + std::to_string(w.global_rank) + " (pid " +
+                  std::to_string(old_pid) + ") started again as pid " +
+                  std::to_string(started.pid) + " to join process group generation " +
+                  std::to_string(generation) + "; the other workers keep running");
+    observers_.each([&](AgentObserver& o) { o.on_worker_replaced(round, started, generation); });
+  }
+  if (hangs_) {
+    std::vector<WatchedWorker> watched;
+    for (const Worker& w : group_.workers()) {
+      watched.push_back({w.local_rank, w.global_rank, pctx_->pid_of(w.local_rank)});
+    }
+    hangs_->watch(std::move(watched));
+  }
+}
+
+void Agent::Impl::recovery_done() {
+  sys::log_line("in-process recovery: process group generation " +
+                std::to_string(recovery_->generation()) + " formed in " +
+                std::to_string(recovery_->elapsed().count()) + " ms; every rank trains again");
+  failures_.clear();  // recovered from: not this attempt's failure any more
+}
+
+}  // namespace ddprun::agent
