@@ -51,6 +51,7 @@ JobResult Agent::Impl::run() {
   });
   io_.run();
   signals_.clear();
+  standby_.reset();
   pctx_.reset();  // kills and reaps anything left (only after an internal error)
   warm_.reset();
   if (status_) status_->stop_serving();
@@ -219,6 +220,7 @@ void Agent::Impl::transition(const Decision& d, const Observed& seen) {
 
 asio::awaitable<JobResult> Agent::Impl::leave(const Decision& d, const Observed& seen) {
   const bool from_init = group_.state() == WorkerState::kInit;
+  standby_.reset();
   co_await sweep_orphans();
   RendezvousHandler::Exit how = RendezvousHandler::Exit::kLeaving;
   if (d.action == Action::kSucceed) how = RendezvousHandler::Exit::kSucceeded;

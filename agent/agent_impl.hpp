@@ -34,6 +34,7 @@
 #include "agent/memory_checkpoints.hpp"
 #include "agent/process/kill_cause.hpp"
 #include "agent/process/log_dir.hpp"
+#include "agent/process/standby.hpp"
 #include "agent/state_machine.hpp"
 #include "agent/status_observer.hpp"
 #include "agent/warm_start.hpp"
@@ -75,6 +76,7 @@ class Agent::Impl {
   std::optional<Observed> replaceable();
   void replace_failed();
   void recovery_done();
+  void prepare_standby();
   std::vector<int> running_ranks() const;
   static constexpr std::chrono::milliseconds kRecoveryPoll{5};
   static constexpr std::chrono::seconds kRecoveryTimeout{120};
@@ -124,6 +126,7 @@ class Agent::Impl {
   std::vector<ProcessFailure> failures_;  // of the attempt that just ended
   std::set<int> exit_hung_;               // local ranks stopped after --exit-timeout
   std::unique_ptr<InProcessRecovery> recovery_;  // --in-process-recovery
+  std::unique_ptr<Standby> standby_;             // its spare worker (binary entrypoints)
 
   // Signals.
   std::optional<int> signal_;

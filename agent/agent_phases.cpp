@@ -86,6 +86,7 @@ std::optional<Observed> Agent::Impl::start_phase() {
     pctx_.reset();   // the previous attempt's processes, before a warm start forks new ones
     if (memory_) memory_->remove_partial_saves();  // a killed worker's unfinished save
     recovery_.reset();
+    standby_.reset();
     if (spec_.in_process_recovery) {
       recovery_ = std::make_unique<InProcessRecovery>(recovery_dir(attempt_dir_));
     }
@@ -99,6 +100,7 @@ std::optional<Observed> Agent::Impl::start_phase() {
                     std::string("error: cannot start the workers: ") + e.what()};
   }
   started_ = Clock::now();
+  prepare_standby();
   std::vector<StartedWorker> started;
   std::vector<WatchedWorker> watched;
   for (const Worker& w : group_.workers()) {
@@ -222,6 +224,7 @@ asio::awaitable<Observed> Agent::Impl::exit_barrier_phase() {
 
 asio::awaitable<void> Agent::Impl::stop_phase() {
   if (hangs_) hangs_->unwatch();
+  standby_.reset();
   if (pctx_) co_await stop_running(signal_.value_or(SIGTERM));
   // Workers that died of our stop signal are no failures of their own, unless they wrote an
   // error file while stopping. Hung workers are, with their stacks.
@@ -240,6 +243,7 @@ asio::awaitable<void> Agent::Impl::sweep_orphans() {
   if (warm_) {
     for (pid_t pid : warm_->pids()) own.insert(pid);
   }
+  if (standby_) own.insert(standby_->pid());
   for (int rank = 0; pctx_ && rank < static_cast<int>(pctx_->size()); ++rank) {
     if (!pctx_->exit_of(rank)) own.insert(pctx_->pid_of(rank));
   }

@@ -86,14 +86,23 @@ void Agent::Impl::replace_failed() {
     set_env(launch.env, "DDPRUN_RECOVERY_GENERATION", std::to_string(generation));
     launch.out.append = launch.err.append = true;  // after the dead worker's output
     std::remove(launch.error_file.c_str());        // collected above; the new one is its own
-    pctx_->respawn(local_rank, spec_.program, std::move(launch), reset_signals_);
+    ProcessContext::WarmSpawn standby;
+    if (standby_ && !standby_->taken() && standby_->argv() == launch.argv) {
+      standby = [this](const WorkerLaunch& l, int out, int err) {
+        return standby_->take(l.env, out, err);
+      };
+    }
+    const bool had_standby = static_cast<bool>(standby);
+    pctx_->respawn(local_rank, spec_.program, std::move(launch), reset_signals_, standby);
+    const bool from_standby = had_standby && standby_->taken();
     reported_.erase(local_rank);
     const Worker& w = group_.workers()[static_cast<size_t>(local_rank)];
     const StartedWorker started{local_rank, w.global_rank, pctx_->pid_of(local_rank)};
     sys::log_line("in-process recovery: rank " + std::to_string(w.global_rank) + " (pid " +
-                  std::to_string(old_pid) + ") started again as pid " +
-                  std::to_string(started.pid) + " to join process group generation " +
-                  std::to_string(generation) + "; the other workers keep running");
+                  std::to_string(old_pid) + ") replaced by pid " + std::to_string(started.pid) +
+                  (from_standby ? " (the standby, libraries loaded)" : " (started cold)") +
+                  " to join process group generation " + std::to_string(generation) +
+                  "; the other workers keep running");
     observers_.each([&](AgentObserver& o) { o.on_worker_replaced(round, started, generation); });
   }
   if (hangs_) {
@@ -110,6 +119,23 @@ void Agent::Impl::recovery_done() {
                 std::to_string(recovery_->generation()) + " formed in " +
                 std::to_string(recovery_->elapsed().count()) + " ms; every rank trains again");
   failures_.clear();  // recovered from: not this attempt's failure any more
+  if (standby_ && standby_->taken()) standby_.reset();
+  prepare_standby();
+}
+
+// The spare worker of a binary entrypoint (process/standby.hpp), with the first worker's
+// argument list: a worker whose own differs (${local_rank} in the arguments) starts cold.
+void Agent::Impl::prepare_standby() {
+  if (!recovery_ || spec_.python || standby_ || group_.workers().empty()) return;
+  const WorkerLaunch& first = pctx_->launch_of(group_.workers().front().local_rank);
+  try {
+    standby_ =
+        std::make_unique<Standby>(spec_.program, first.argv, first.env, reset_signals_, guardian_);
+  } catch (const std::exception& e) {
+    sys::log_line(std::string("in-process recovery: no standby worker (replacements start "
+                              "cold): ") +
+                  e.what());
+  }
 }
 
 }  // namespace ddprun::agent

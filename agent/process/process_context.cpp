@@ -104,14 +104,14 @@ void ProcessContext::start(const std::string& program, std::vector<WorkerLaunch>
 }
 
 void ProcessContext::respawn(int local_rank, const std::string& program, WorkerLaunch launch,
-                             const std::vector<int>& reset_signals) {
+                             const std::vector<int>& reset_signals, const WarmSpawn& ready) {
   const auto index = static_cast<size_t>(local_rank);
   Slot& old = *slots_.at(index);
   if (!old.exit) throw std::logic_error("respawn of a worker that has not exited");
   auto slot = std::make_unique<Slot>();
   slot->launch = std::move(launch);
   slots_[index] = std::move(slot);
-  spawn(index, program, reset_signals, {});
+  spawn(index, program, reset_signals, ready);
 }
 
 void ProcessContext::spawn(size_t index, const std::string& program,

@@ -81,10 +81,11 @@ class ProcessContext {
   // reaped by the destructor.
   void start(const std::string& program, std::vector<WorkerLaunch> launches,
              const std::vector<int>& reset_signals, const WarmSpawn& warm = {});
-  // Starts `local_rank`'s worker again (in-process recovery: the others keep running), cold,
-  // from `launch`. Only for a worker that has exited; its exit record is dropped.
+  // Starts `local_rank`'s worker again (in-process recovery: the others keep running) from
+  // `launch`, through `ready` first when given (a standby). Only for a worker that has exited;
+  // its exit record is dropped.
   void respawn(int local_rank, const std::string& program, WorkerLaunch launch,
-               const std::vector<int>& reset_signals);
+               const std::vector<int>& reset_signals, const WarmSpawn& ready = {});
   // How many of the running attempt's workers were started warm.
   size_t warm_started() const { return warm_started_; }
 

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "agent/process/fd_passing.hpp"
+
 namespace ddprun::agent {
 
 // The zygote's program (zygote_boot.py), embedded by the build (zygote_boot.cpp).
@@ -89,25 +91,7 @@ void Zygote::fail(const std::string& why) {
 
 void Zygote::send(const std::string& text, const std::vector<int>& fds) {
   if (failed()) throw ZygoteError(failure_);
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * (fds.empty() ? 1 : fds.size())));
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  ssize_t n;
-  do {
-    n = ::sendmsg(control_.get(), &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) {
+  if (!send_with_fds(control_.get(), text, fds)) {
     fail(std::string("the zygote is gone (") + std::strerror(errno) + ")");
     throw ZygoteError(failure_);
   }

@@ -47,10 +47,6 @@ class Timeline {
     if (path.empty()) return;
     fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw ddprun::Error("--timeline " + path + ": cannot open");
-    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    const char* rank = std::getenv("RANK");
-    attempt_ = attempt ? std::atoi(attempt) : 0;
-    rank_ = rank ? std::atoi(rank) : 0;
   }
   ~Timeline() {
     if (fd_ >= 0) ::close(fd_);
@@ -58,8 +54,14 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
+  // Call after init_process_group(): a standby worker (ddprun --in-process-recovery) learns its
+  // rank there.
   void mark(const char* phase, int64_t step = -1, double t = wall_seconds()) const {
     if (fd_ < 0) return;
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    const char* rank = std::getenv("RANK");
+    const int attempt_ = attempt ? std::atoi(attempt) : 0;
+    const int rank_ = rank ? std::atoi(rank) : 0;
     char line[256];
     int n = std::snprintf(line, sizeof line,
                           "{\"attempt\": %d, \"rank\": %d, \"pid\": %d, \"phase\": \"%s\", "
@@ -74,8 +76,6 @@ class Timeline {
 
  private:
   int fd_ = -1;
-  int attempt_ = 0;
-  int rank_ = 0;
 };
 
 double checksum(torch::nn::Module& model) {
@@ -85,13 +85,17 @@ double checksum(torch::nn::Module& model) {
   return sum;
 }
 
-int run(const Options& opt, const Timeline& timeline) {
+int run(const Options& opt, const Timeline& timeline, double started) {
+  // A standby (ddprun --in-process-recovery) entered main() long before it took a dead rank's
+  // place in init_process_group(): it starts running then.
+  const bool standby = std::getenv("DDPRUN_STANDBY_FD") != nullptr;
   ddprun::InitOptions init;
   init.backend = ddprun::parse_backend(opt.backend);
   if (opt.device == "cpu" && init.backend == ddprun::Backend::kAuto) {
     init.backend = ddprun::Backend::kGloo;
   }
   auto pg = ddprun::init_process_group(init);
+  timeline.mark("script", -1, standby ? wall_seconds() : started);
   timeline.mark("pg_ready");
   const int rank = pg->rank(), world = pg->size();
   torch::Device device = pg->device();
@@ -227,8 +231,7 @@ int main(int argc, char** argv) {
   return ddprun::record([&] {
     try {
       const train::Timeline timeline(opt.timeline);
-      timeline.mark("script", -1, started);
-      return train::run(opt, timeline);
+      return train::run(opt, timeline, started);
     } catch (const train::UsageError& e) {
       std::cerr << "train: " << e.what() << "\n";
       return 2;

@@ -1,8 +1,9 @@
 """In-process recovery (ddprun --in-process-recovery, ddprun::TrainingLoop): a rank SIGKILLed in
 the middle of a step is started again alone; the other ranks keep their processes, rebuild the
 process group with it and hand it the model and optimizer state; the step that failed runs
-again and the job ends with the parameters, bitwise, of a run that never failed. A second
-failure during the recovery restarts the whole group, as without the flag."""
+again and the job ends with the parameters, bitwise, of a run that never failed. The
+replacement is the standby ddprun keeps with LibTorch loaded; the next standby goes with the
+job. A second failure during the recovery restarts the whole group, as without the flag."""
 import re
 
 import pytest
@@ -25,6 +26,12 @@ def run(launcher, nproc, args, *, in_process=True, max_restarts=2, load=None):
         argv += ["--load", str(load)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(cmd + argv, capture_output=True, text=True, timeout=240, env=env)
+
+
+def leftover_tools():
+    import subprocess
+    found = subprocess.run(["pgrep", "-f", "bin/recovery_tool"], capture_output=True, text=True)
+    return found.stdout.split()
 
 
 def ranks(result):
@@ -67,10 +74,13 @@ def test_killed_rank_is_replaced_and_the_survivors_keep_their_processes(
         else:  # one process from start to end
             assert r["start_pids"] == [r["end_pid"]], found
     assert "HEALTHY -> RECOVERING on worker-replaceable: replace" in log, log
-    assert re.search(rf"in-process recovery: rank {killed} \(pid \d+\) started again", log), log
+    # The replacement is the standby ddprun keeps for it, LibTorch already loaded.
+    assert re.search(rf"in-process recovery: rank {killed} \(pid \d+\) replaced by pid \d+ "
+                     r"\(the standby, libraries loaded\)", log), log
     assert "RECOVERING -> HEALTHY on recovered: resume" in log, log
     assert "attempt 1: started" not in log, log  # no group restart
     assert "restart count 1 of 2" in log, log
+    assert not leftover_tools(), leftover_tools()  # the new standby went with the job
 
 
 def test_second_failure_during_the_recovery_restarts_the_group(launcher, uninterrupted):

@@ -13,6 +13,7 @@
 #include "compat.hpp"
 #include "ddprun/heartbeat.hpp"
 #include "group_recovery.hpp"
+#include "standby.hpp"
 #include "work_impl.hpp"
 
 namespace ddprun {
@@ -466,6 +467,7 @@ std::vector<std::string> ProcessGroup::gather_bytes(std::string_view bytes, int 
 // Creation
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  detail::become_worker_if_standby();  // a standby returns as the worker whose place it took
   WorkerEnv env = read_worker_env();
   // With the agent's store every worker is a client; otherwise rank 0 hosts the store, as with
   // Python's init_process_group("env://") outside torchelastic.
