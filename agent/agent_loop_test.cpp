@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 
@@ -85,6 +86,11 @@ class ScriptedRendezvous final : public RendezvousHandler {
     restart_next_ = end.restart_allowed;
     round_end_ = end;
     co_return end;
+  }
+
+  std::optional<int> restart_in_place() override {
+    if (!may_restart(restarts_, max_restarts_)) return std::nullopt;
+    return ++restarts_;
   }
 
   void interrupt() override {
@@ -239,6 +245,47 @@ TEST_F(LoopTest, WorkerWithoutHeartbeatIsHung) {
     stacks = stacks || entry.path().filename() == "stacks.txt";
   }
   EXPECT_TRUE(stacks);
+}
+
+// In-process recovery (--in-process-recovery), with the workers' side of the protocol in sh:
+// each announces the generation it runs in; rank 1 fails in generation 0 once rank 0 has
+// announced; rank 0 waits for ddprun's notice of generation 1 and announces it, as the
+// replacement does. Only rank 1 starts again, in the same round.
+constexpr const char* kRecoverInProcess =
+    "G=${DDPRUN_RECOVERY_GENERATION:-0}; R=$DDPRUN_RECOVERY_DIR; echo $$ >> \"$D/pids.$RANK\"; "
+    "echo $G > \"$R/ready/$RANK\"; "
+    "if [ $RANK = 1 ] && [ $G = 0 ]; then "
+    "  while [ ! -e \"$R/ready/0\" ]; do sleep 0.01; done; exit 3; fi; "
+    "while [ \"$(cat \"$R/generation\" 2>/dev/null)\" != 1 ]; do sleep 0.01; done; "
+    "echo 1 > \"$R/ready/$RANK\"; sleep 0.3";
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST_F(LoopTest, InProcessRecoveryStartsOnlyTheFailedWorkerAgain) {
+  auto rdzv = std::make_unique<ScriptedRendezvous>(io, 1);
+  WorkerSpec s = spec(kRecoverInProcess);
+  s.in_process_recovery = true;
+  s.recovery_standby = false;
+  JobResult r = run(std::move(s), rdzv);
+  EXPECT_EQ(r.kind, JobResult::Kind::kSucceeded) << r.what;
+  EXPECT_EQ(last_rounds, 1);                               // no new round: the group stayed
+  EXPECT_EQ(lines_of(dir.path() + "/pids.0").size(), 1u);  // the survivor: one process
+  EXPECT_EQ(lines_of(dir.path() + "/pids.1").size(), 2u);  // the dead rank and its replacement
+}
+
+TEST_F(LoopTest, InProcessRecoveryWithoutARestartLeftFails) {
+  auto rdzv = std::make_unique<ScriptedRendezvous>(io, 0);
+  WorkerSpec s = spec(kRecoverInProcess);
+  s.in_process_recovery = true;
+  s.recovery_standby = false;
+  JobResult r = run(std::move(s), rdzv);
+  EXPECT_EQ(r.kind, JobResult::Kind::kWorkersFailed) << r.what;
+  EXPECT_EQ(lines_of(dir.path() + "/pids.1").size(), 1u);
 }
 
 }  // namespace

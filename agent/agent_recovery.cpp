@@ -126,7 +126,10 @@ void Agent::Impl::recovery_done() {
 // The spare worker of a binary entrypoint (process/standby.hpp), with the first worker's
 // argument list: a worker whose own differs (${local_rank} in the arguments) starts cold.
 void Agent::Impl::prepare_standby() {
-  if (!recovery_ || spec_.python || standby_ || group_.workers().empty()) return;
+  if (!recovery_ || !spec_.recovery_standby || spec_.python || standby_ ||
+      group_.workers().empty()) {
+    return;
+  }
   const WorkerLaunch& first = pctx_->launch_of(group_.workers().front().local_rank);
   try {
     standby_ =

@@ -71,6 +71,9 @@ struct WorkerSpec {
   // In-process recovery (in_process_recovery.hpp): a failed worker is replaced alone when the
   // others run the worker SDK's TrainingLoop. One node only.
   bool in_process_recovery = false;
+  // ... with a standby worker for a binary entrypoint (process/standby.hpp); off only where
+  // the entrypoint cannot wait for one (agent_loop_test's /bin/sh).
+  bool recovery_standby = true;
 
   // In-memory checkpoints (memory_checkpoints.hpp): their bound, in bytes, or as a percentage
   // of the node's memory when that is above 0; neither: off.

@@ -18,12 +18,22 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <string>
 #include <vector>
 
 #include "agent/process/exit_status.hpp"
 #include "store/sys/fd.hpp"
 
 namespace ddprun::agent {
+
+// `strings` as the null-terminated array execve takes (pointing into `strings`).
+inline std::vector<char*> c_array(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
 
 struct SpawnRequest {
   const char* path = nullptr;   // execve path (already resolved)

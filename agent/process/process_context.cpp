@@ -62,14 +62,6 @@ Wiring wire(asio::io_context& io, const StreamTarget& target) {
   return w;
 }
 
-std::vector<char*> c_array(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())

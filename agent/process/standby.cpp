@@ -13,18 +13,6 @@
 
 namespace ddprun::agent {
 
-namespace {
-
-std::vector<char*> c_array(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-}  // namespace
-
 Standby::Standby(const std::string& program, std::vector<std::string> argv,
                  std::vector<std::string> env, const std::vector<int>& reset_signals,
                  Guardian* guardian)

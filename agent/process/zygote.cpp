@@ -29,13 +29,6 @@ constexpr const char* kLoader =
     "import socket,sys;s=socket.socket(fileno=4);src=s.recv(1<<22);s.detach();"
     "exec(compile(src,'<ddprun-zygote>','exec'))";
 
-std::vector<char*> c_array(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& i : items) out += (out.empty() ? "" : ",") + i;
