@@ -12,7 +12,8 @@
 // --plain 1: the same steps in a plain for loop instead of a TrainingLoop.
 // --load: a checkpoint loaded before wrapping (a replacement skips it: the state comes from a
 // survivor). Each rank prints "rank R pid P generation G start" first and
-// "rank R pid P params HASH recoveries K" last; HASH covers every parameter byte.
+// "rank R pid P params HASH recoveries K transport T" last; HASH covers every parameter byte,
+// T is DDP's gradient transport (shared-memory where the host allows, else gloo).
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -97,8 +98,11 @@ int main(int argc, char** argv) {
     } else {
       loop.run(first, steps, step_fn);
     }
-    std::printf("rank %d pid %d params %016" PRIx64 " recoveries %d\n", rank,
-                static_cast<int>(::getpid()), sdk_tool::params_hash(*net), loop.recoveries());
+    std::string transport = ddp.transport();  // "shared memory" -> "shared-memory"
+    for (char& c : transport) c = c == ' ' ? '-' : c;
+    std::printf("rank %d pid %d params %016" PRIx64 " recoveries %d transport %s\n", rank,
+                static_cast<int>(::getpid()), sdk_tool::params_hash(*net), loop.recoveries(),
+                transport.c_str());
     std::fflush(stdout);
     return 0;
   });

@@ -41,21 +41,24 @@ def ranks(result):
     found = {}
     for rank, pid, _ in re.findall(r"rank (\d+) pid (\d+) generation (\d+) start", out):
         found.setdefault(int(rank), {"start_pids": []})["start_pids"].append(int(pid))
-    for rank, pid, digest, rec in re.findall(
-            r"rank (\d+) pid (\d+) params (\w+) recoveries (\d+)", out):
-        found[int(rank)].update(end_pid=int(pid), hash=digest, recoveries=int(rec))
+    for rank, pid, digest, rec, transport in re.findall(
+            r"rank (\d+) pid (\d+) params (\w+) recoveries (\d+) transport (\S+)", out):
+        found[int(rank)].update(end_pid=int(pid), hash=digest, recoveries=int(rec),
+                                transport=transport)
     return found
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """nproc -> the final parameters' hash of a run that never failed (every rank agrees)."""
+    """nproc -> (the final parameters' hash, the gradient transport) of a run that never
+    failed (every rank agrees)."""
     launcher = Launcher(tmp_path_factory.mktemp("whole") / "logs")
     hashes = {}
     for nproc in (2, 3):
         found = ranks(run(launcher, nproc, []))
-        assert len({r["hash"] for r in found.values()}) == 1, found
+        assert len({(r["hash"], r["transport"]) for r in found.values()}) == 1, found
         hashes[nproc] = found[0]["hash"]
+        hashes["transport"] = found[0]["transport"]
     return hashes
 
 
@@ -69,6 +72,9 @@ def test_killed_rank_is_replaced_and_the_survivors_keep_their_processes(
     for rank, r in found.items():
         assert r["hash"] == uninterrupted[nproc], (rank, found, uninterrupted)
         assert r["recoveries"] == 1, found
+        # The rebuilt group's transport is the first one's (shared memory made again with the
+        # replacement, where the host allows it).
+        assert r["transport"] == uninterrupted["transport"], found
         if rank == killed:  # started twice: the first process died, the second finished
             assert len(r["start_pids"]) == 2 and r["end_pid"] == r["start_pids"][1], found
         else:  # one process from start to end

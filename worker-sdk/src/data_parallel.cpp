@@ -184,6 +184,10 @@ void DataParallel::abandon_backward() {
   reducer_->abandon_backward();
 }
 
+void DataParallel::rejoin_group() {
+  reducer_->rejoin_transport();
+}
+
 std::vector<BucketInfo> DataParallel::buckets() const {
   return reducer_->layout();
 }

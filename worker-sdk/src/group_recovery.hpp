@@ -16,6 +16,8 @@ class GroupRecovery {
   static const std::optional<RecoveryChannel>& channel(const ProcessGroup& group);
   // A collective of the running generation failed, or was abandoned on the agent's notice.
   static bool failed(const ProcessGroup& group);
+  // A transport of the SDK's own over the group's ranks (shared memory) failed: as above.
+  static void mark_failed(ProcessGroup& group);
   // A replacement that has not yet received the training state from a survivor.
   static bool awaiting_state(const ProcessGroup& group);
   static void state_received(ProcessGroup& group);

@@ -214,6 +214,10 @@ bool GroupRecovery::failed(const ProcessGroup& group) {
   return group.impl_->watch->failed;
 }
 
+void GroupRecovery::mark_failed(ProcessGroup& group) {
+  group.impl_->watch->failed = true;
+}
+
 bool GroupRecovery::awaiting_state(const ProcessGroup& group) {
   return group.impl_->awaiting_state;
 }

@@ -55,11 +55,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   // One shared-memory slot for all buckets when every rank is on this host (see
   // shm_allreduce.hpp), sized for any layout (each bucket pads to 64 bytes), so that the
   // rebuilt buckets fit in it too.
-  if (shared_memory_eligible()) {
-    int64_t slot_bytes = 0;
-    for (const at::Tensor& p : params_) slot_bytes += bytes_of(p) + 64;
-    shm_ = ShmAllReduce::create(group_, slot_bytes);
-  }
+  for (const at::Tensor& p : params_) shm_slot_bytes_ += bytes_of(p) + 64;
+  if (shared_memory_eligible()) shm_ = ShmAllReduce::create(group_, shm_slot_bytes_);
   used_.assign(params_.size(), 0);
   globally_unused_.assign(params_.size(), 0);
   build_buckets(assignment);
@@ -93,6 +90,21 @@ void Reducer::abandon_backward() {
   std::lock_guard<std::mutex> lock(mu_);
   reset();
   callback_queued_ = false;
+}
+
+void Reducer::rejoin_transport() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::vector<size_t>> layout;
+  for (const Bucket& b : buckets_) layout.push_back(b.params);
+  // The gradients move out of the old mapping first, as a bucket rebuild does.
+  for (at::Tensor& p : params_) {
+    if (p.grad().defined()) p.mutable_grad() = p.grad().clone();
+  }
+  // The old transport is left as it is (its peers are gone; its worker may still wait): leaked.
+  if (shm_) (void)shm_.release();
+  // What the constructor does, in the same order: the collectives a replacement runs in its own.
+  if (shared_memory_eligible()) shm_ = ShmAllReduce::create(group_, shm_slot_bytes_);
+  build_buckets(layout);
 }
 
 std::string Reducer::describe(size_t index) const {

@@ -44,6 +44,10 @@ class Reducer {
   // Forgets a backward whose reductions failed (a peer died: in-process recovery), without the
   // error set_sync() raises for one: the buckets in flight are abandoned with their generation.
   void abandon_backward();
+  // After the process group was rebuilt with a replacement (in-process recovery): the
+  // shared-memory transport made again with it (the same collectives as the constructor's, in
+  // the same order, which the replacement runs in its own), the buckets kept as they were.
+  void rejoin_transport();
   // Buckets go to `hook` instead of the built-in all-reduce. Before the first backward only.
   void set_comm_hook(CommHook hook);
   // The built-in reduction averages over `ranks` (default: the group's size); under a Join
@@ -137,6 +141,7 @@ class Reducer {
   std::vector<compat::GradAccumulatorPtr> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   std::unique_ptr<ShmAllReduce> shm_;  // same-host transport for the buckets, when usable
+  int64_t shm_slot_bytes_ = 0;         // its slot per rank: room for any bucket layout
   CommHook comm_hook_;                 // empty: the built-in all-reduce (shm_ or the group)
 
   mutable std::mutex mu_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "group_recovery.hpp"
 #include "reducer.hpp"
 
 namespace ddprun {
@@ -13,16 +14,19 @@ void Reducer::set_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!hook) throw Error("DistributedDataParallel::register_comm_hook: the hook is empty");
   if (comm_hook_) {
-    throw Error("DistributedDataParallel::register_comm_hook: a hook is registered already "
-                "(one per DistributedDataParallel, as in PyTorch)");
+    throw Error(
+        "DistributedDataParallel::register_comm_hook: a hook is registered already "
+        "(one per DistributedDataParallel, as in PyTorch)");
   }
   if (iteration_ > 0 || callback_queued_) {
-    throw Error("DistributedDataParallel::register_comm_hook: register the hook before the "
-                "first backward pass");
+    throw Error(
+        "DistributedDataParallel::register_comm_hook: register the hook before the "
+        "first backward pass");
   }
   if (options_.compression != GradCompression::kNone) {
-    throw Error("DistributedDataParallel::register_comm_hook: DdpOptions::compression is set; "
-                "use hooks::fp16_compress or hooks::bf16_compress instead of both");
+    throw Error(
+        "DistributedDataParallel::register_comm_hook: DdpOptions::compression is set; "
+        "use hooks::fp16_compress or hooks::bf16_compress instead of both");
   }
   comm_hook_ = std::move(hook);
   scale_ = 1.0;  // hooks average themselves, as PyTorch's do
@@ -79,8 +83,10 @@ void Reducer::launch_hook(size_t index) {
   GradBucket bucket(index, index + 1 == buckets_.size(), b.flat, b.views, std::move(params));
   b.future = comm_hook_(bucket);
   if (!b.future.valid()) {
-    throw Error("DistributedDataParallel: the communication hook returned an empty TensorFuture "
-                "for bucket " + std::to_string(index));
+    throw Error(
+        "DistributedDataParallel: the communication hook returned an empty TensorFuture "
+        "for bucket " +
+        std::to_string(index));
   }
 }
 
@@ -96,7 +102,12 @@ void Reducer::wait_bucket(Bucket& b) {
     if (result.data_ptr() != b.flat.data_ptr()) b.flat.copy_(result.reshape({-1}));
     return;
   }
-  b.work.wait();
+  try {
+    b.work.wait();
+  } catch (...) {
+    if (shm_) detail::GroupRecovery::mark_failed(group_);  // a peer died: see training_loop.hpp
+    throw;
+  }
   if (b.wire.defined() && communicates()) b.flat.copy_(b.wire);
 }
 

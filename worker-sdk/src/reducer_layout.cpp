@@ -164,10 +164,6 @@ void Reducer::build_buckets(const std::vector<std::vector<size_t>>& assignment) 
 }
 
 bool Reducer::shared_memory_eligible() const {
-  // In-process recovery: a replacement could not join the survivors' shared memory (and a
-  // rank that dies mid-reduction would leave them spinning), so every rank takes the group's
-  // backend. Every rank has the same environment: no collective needed to agree.
-  if (fixed_layout_) return false;
   // Decided by all ranks together: ShmAllReduce::create is a collective.
   bool local =
       options_.shared_memory && group_.size() > 1 && options_.compression == GradCompression::kNone;

@@ -69,6 +69,7 @@ bool TrainingLoop::recover() {
   if (!generation) return false;
   ddp_.abandon_backward();
   GroupRecovery::rebuild(pg, *generation);
+  ddp_.rejoin_group();  // what the replacement's DDP constructor does meanwhile
   receive_state();
   ++recoveries_;
   announce(true);

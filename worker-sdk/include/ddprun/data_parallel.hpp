@@ -132,6 +132,9 @@ class DataParallel : public Joinable {
   // Forgets a backward pass whose gradient reductions failed because a rank died, so the step
   // can run again once the group is rebuilt (TrainingLoop does this: training_loop.hpp).
   void abandon_backward();
+  // After the process group was rebuilt with a replacement: the gradient transport joins it
+  // (collectives, in the order a replacement's constructor runs them).
+  void rejoin_group();
 
   // Buckets are reduced by `hook` from now on (see comm_hooks.hpp): once, before the first
   // backward, on every rank. Replaces the built-in all-reduce, the shared-memory transport and
