@@ -33,7 +33,9 @@ struct MlpImpl : torch::nn::Module {
     fc1 = register_module("fc1", torch::nn::Linear(16, 16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 4));
   }
-  torch::Tensor forward(torch::Tensor x) { return fc2(torch::tanh(fc1(torch::tanh(fc0(x))))); }
+  torch::Tensor forward(torch::Tensor x) {
+    return fc2(torch::tanh(fc1(torch::tanh(fc0(x)))));
+  }
   torch::nn::Linear fc0{nullptr}, fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -76,8 +78,8 @@ struct Run {
   std::shared_ptr<ddprun::ProcessGroup> pg;
   Mlp net;
   std::string path;
-  int64_t steps = kSteps;  // train up to this step
-  int64_t save_at = -1;    // save the checkpoint after this many steps
+  int64_t steps = kSteps;    // train up to this step
+  int64_t save_at = -1;      // save the checkpoint after this many steps
   std::string tamper = "none";
   int64_t first_step = kSplit;  // where a resumed run starts
 };
@@ -110,7 +112,7 @@ void sgd_wrap_then_load(Run& r) {
   // README resume-sgd begin
   ddprun::DistributedDataParallel ddp(net, pg);  // wrap, then load, or the other way round
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  ddprun::TrainingProgress progress;  // step 0: a fresh start
+  ddprun::TrainingProgress progress;             // step 0: a fresh start
   if (auto saved = ddprun::load_checkpoint(*pg, path, *net, opt)) progress = *saved;
   for (int64_t step = progress.step; step < steps; ++step) {
     train_step(ddp, opt, step);
@@ -127,8 +129,8 @@ void zero_wrap_then_load(Run& r) {
   auto [pg, net, path, steps, save_at, train_step] = names(r);
   // README resume-zero begin
   ddprun::DistributedDataParallel ddp(net, pg);
-  auto opt =
-      ddprun::make_zero<torch::optim::Adam>(net->parameters(), pg, torch::optim::AdamOptions(0.01));
+  auto opt = ddprun::make_zero<torch::optim::Adam>(net->parameters(), pg,
+                                                   torch::optim::AdamOptions(0.01));
   ddprun::TrainingProgress progress;
   if (auto saved = ddprun::load_checkpoint(*pg, path, *net, opt)) progress = *saved;
   for (int64_t step = progress.step; step < steps; ++step) {
