@@ -76,7 +76,12 @@ class Agent::Impl {
   std::optional<Observed> replaceable();
   void replace_failed();
   void recovery_done();
+  // The standby starts once every worker has announced a TrainingLoop: only then is the
+  // program known to wait for a rank in init_process_group() (any other program would run as
+  // one more rank 0). Looked for every kStandbyPoll, for at most kStandbyWait after a start.
   void prepare_standby();
+  static constexpr std::chrono::milliseconds kStandbyPoll{100};
+  static constexpr std::chrono::seconds kStandbyWait{300};
   std::vector<int> running_ranks() const;
   static constexpr std::chrono::milliseconds kRecoveryPoll{5};
   static constexpr std::chrono::seconds kRecoveryTimeout{120};
@@ -125,8 +130,9 @@ class Agent::Impl {
   std::set<int> reported_;                // local ranks whose failure was collected this attempt
   std::vector<ProcessFailure> failures_;  // of the attempt that just ended
   std::set<int> exit_hung_;               // local ranks stopped after --exit-timeout
-  std::unique_ptr<InProcessRecovery> recovery_;  // --in-process-recovery
-  std::unique_ptr<Standby> standby_;             // its spare worker (binary entrypoints)
+  std::unique_ptr<InProcessRecovery> recovery_;   // --in-process-recovery
+  std::unique_ptr<Standby> standby_;              // its spare worker (binary entrypoints)
+  std::optional<Clock::time_point> standby_due_;  // since when one is wanted
 
   // Signals.
   std::optional<int> signal_;

@@ -278,6 +278,16 @@ TEST_F(LoopTest, InProcessRecoveryStartsOnlyTheFailedWorkerAgain) {
   EXPECT_EQ(lines_of(dir.path() + "/pids.1").size(), 2u);  // the dead rank and its replacement
 }
 
+// A program that never announces a TrainingLoop gets no standby: it would run as one more rank.
+TEST_F(LoopTest, InProcessRecoveryStartsNoStandbyForAProgramOutsideTheLoop) {
+  auto rdzv = std::make_unique<ScriptedRendezvous>(io, 1);
+  WorkerSpec s = spec("echo $$ >> \"$D/ran\"; sleep 0.5");
+  s.in_process_recovery = true;  // recovery_standby stays on
+  JobResult r = run(std::move(s), rdzv);
+  EXPECT_EQ(r.kind, JobResult::Kind::kSucceeded) << r.what;
+  EXPECT_EQ(lines_of(dir.path() + "/ran").size(), 2u);
+}
+
 TEST_F(LoopTest, InProcessRecoveryWithoutARestartLeftFails) {
   auto rdzv = std::make_unique<ScriptedRendezvous>(io, 0);
   WorkerSpec s = spec(kRecoverInProcess);

@@ -100,7 +100,8 @@ std::optional<Observed> Agent::Impl::start_phase() {
                     std::string("error: cannot start the workers: ") + e.what()};
   }
   started_ = Clock::now();
-  prepare_standby();
+  standby_due_.reset();
+  if (recovery_ && spec_.recovery_standby && !spec_.python) standby_due_ = started_;
   std::vector<StartedWorker> started;
   std::vector<WatchedWorker> watched;
   for (const Worker& w : group_.workers()) {
@@ -130,9 +131,15 @@ asio::awaitable<Observed> Agent::Impl::monitor_phase() {
       co_return *seen;
     }
     const auto exit_at = exit_deadline().value_or(Clock::time_point::max());
-    // While a recovery runs, the workers' answers are files: looked at every few ms.
-    const bool polling = recovery_ && recovery_->recovering();
-    const auto deadline = polling ? std::min(exit_at, Clock::now() + kRecoveryPoll) : exit_at;
+    // While a recovery runs, the workers' answers are files: looked at every few ms; so are
+    // their first announcements, for the standby.
+    prepare_standby();
+    auto deadline = exit_at;
+    if (recovery_ && recovery_->recovering()) {
+      deadline = std::min(deadline, Clock::now() + kRecoveryPoll);
+    } else if (standby_due_) {
+      deadline = std::min(deadline, Clock::now() + kStandbyPoll);
+    }
     if (!co_await queue_.pop_until(deadline) && Clock::now() >= exit_at) {
       co_await handle_exit_hang();  // stops the stragglers: the attempt's work is done
     }

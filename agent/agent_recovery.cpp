@@ -100,7 +100,7 @@ void Agent::Impl::replace_failed() {
     const StartedWorker started{local_rank, w.global_rank, pctx_->pid_of(local_rank)};
     sys::log_line("in-process recovery: rank " + std::to_string(w.global_rank) + " (pid " +
                   std::to_string(old_pid) + ") replaced by pid " + std::to_string(started.pid) +
-                  (from_standby ? " (the standby, libraries loaded)" : " (started cold)") +
+                  (from_standby ? " (the standby)" : " (started cold)") +
                   " to join process group generation " + std::to_string(generation) +
                   "; the other workers keep running");
     observers_.each([&](AgentObserver& o) { o.on_worker_replaced(round, started, generation); });
@@ -120,16 +120,21 @@ void Agent::Impl::recovery_done() {
                 std::to_string(recovery_->elapsed().count()) + " ms; every rank trains again");
   failures_.clear();  // recovered from: not this attempt's failure any more
   if (standby_ && standby_->taken()) standby_.reset();
+  if (spec_.recovery_standby && !spec_.python) standby_due_ = Clock::now();
   prepare_standby();
 }
 
 // The spare worker of a binary entrypoint (process/standby.hpp), with the first worker's
 // argument list: a worker whose own differs (${local_rank} in the arguments) starts cold.
 void Agent::Impl::prepare_standby() {
-  if (!recovery_ || !spec_.recovery_standby || spec_.python || standby_ ||
-      group_.workers().empty()) {
+  if (!standby_due_ || !recovery_ || recovery_->recovering() || standby_) return;
+  if (Clock::now() - *standby_due_ > kStandbyWait) {
+    standby_due_.reset();  // the workers never announced a loop: no standby for them
     return;
   }
+  if (group_.workers().empty() || !recovery_->ready(running_ranks())) return;
+  if (running_ranks().size() != group_.workers().size()) return;  // one has exited
+  standby_due_.reset();
   const WorkerLaunch& first = pctx_->launch_of(group_.workers().front().local_rank);
   try {
     standby_ =

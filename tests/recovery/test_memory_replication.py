@@ -1,9 +1,11 @@
-"""In-memory checkpoints outlive a node (agent/checkpoint_replicas.hpp): two agents on this
-machine as two nodes (their own loopback addresses, a ddpstore as the rendezvous endpoint),
-real torch 2.x gloo workers that each save their own state to memory. Each node's save is
-pushed to the other node; the second node is then killed whole (agent, workers, its memory
-directory), a replacement node joins, restores the dead node's state from the survivor's
-replica without any file, and the job ends with the parameters of a run that lost nothing."""
+"""In-memory checkpoints outlive a node (agent/checkpoint_replicas.hpp): two agents as two
+nodes (a ddpstore as the rendezvous endpoint), real torch 2.x gloo workers that each save their
+own state to memory. Each node's save is pushed to the other node; the second node is then
+killed whole (agent, workers, its memory directory), a replacement node joins, restores the
+dead node's state from the survivor's replica without any file, and the job ends with the
+parameters of a run that lost nothing. The nodes are loopback addresses of this machine, and
+then separate hosts (a network namespace each, the replacement on a host of its own; needs root
+and `ip netns`)."""
 import json
 import os
 import pathlib
@@ -15,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "multinode"))
 from mn_helpers import Cluster, c10d_flags, records, wait_until  # noqa: E402
+from netns_hosts import Hosts, netns_unavailable  # noqa: E402
 from conftest import TORCH2_PYTHON  # noqa: E402
 
 TRAIN = pathlib.Path(__file__).parent / "replica_train.py"
@@ -28,15 +31,52 @@ def cluster(ddprun, tmp_path):
     c.close()
 
 
-def env():
+def env(**extra):
     from launcher_helpers import clean_env
-    return clean_env(python=TORCH2_PYTHON, PYTHONPATH=MODULE, OMP_NUM_THREADS="1")
+    return clean_env(python=TORCH2_PYTHON, PYTHONPATH=MODULE, OMP_NUM_THREADS="1", **extra)
 
 
-def start(cluster, ddpstore_port, job, d, node):
-    flags = c10d_flags(f"127.0.0.1:{ddpstore_port}", "2", job)
+class Loopback:
+    """Nodes as loopback addresses: node i is 127.0.0.<i + 2>, the store on 127.0.0.1."""
+    store, store_netns, env = "127.0.0.1", None, {}
+
+    def node(self, i):
+        return f"127.0.0.{i + 2}", None
+
+
+class Namespaces:
+    """Nodes as hosts: host 0 the store, host i + 1 node i (the replacement: host 3)."""
+
+    def __init__(self):
+        self.hosts = Hosts(4, prefix="rep", net=214)
+        self.store, self.store_netns = self.hosts.addr(0), self.hosts.names[0]
+        # Gloo finds its address from the host name, the same in every namespace: name the
+        # interface, as test_netns does.
+        self.env = {"GLOO_SOCKET_IFNAME": "eth0"}
+
+    def node(self, i):
+        return self.hosts.addr(i + 1), self.hosts.names[i + 1]
+
+
+@pytest.fixture(params=["loopback", "netns"])
+def where(request):
+    if request.param == "loopback":
+        yield Loopback()
+        return
+    unavailable = netns_unavailable()
+    if unavailable is not None:
+        pytest.skip(str(unavailable))
+    n = Namespaces()
+    yield n
+    n.hosts.close()
+
+
+def start(cluster, where, ddpstore_port, job, d, node):
+    flags = c10d_flags(f"{where.store}:{ddpstore_port}", "2", job)
+    addr, netns = where.node(node)
     # Warm start on (the default for elastic jobs): a replacement node's worker is forked too.
-    return cluster.agent(flags, TRAIN, d, addr=f"127.0.0.{node + 2}", env=env(), warm_start=True)
+    return cluster.agent(flags, TRAIN, d, addr=addr, netns=netns, env=env(**where.env),
+                         warm_start=True)
 
 
 def final_params(d):
@@ -44,22 +84,22 @@ def final_params(d):
 
 
 def test_a_replacement_node_restores_the_dead_nodes_state_from_its_peer(cluster, ddpstore,
-                                                                       tmp_path):
-    _, port = cluster.ddpstore(ddpstore)
+                                                                       tmp_path, where):
+    _, port = cluster.ddpstore(ddpstore, host=where.store, netns=where.store_netns)
     whole, lost = tmp_path / "whole", tmp_path / "lost"
     whole.mkdir()
     lost.mkdir()
 
     # The run that loses nothing.
-    agents = [start(cluster, port, "replica-whole", whole, n) for n in (0, 1)]
+    agents = [start(cluster, where, port, "replica-whole", whole, n) for n in (0, 1)]
     wait_until(lambda: all((whole / f"saved_{r}").exists() for r in (0, 1)), "the saves", 180)
     (whole / "go").touch()
     for a in agents:
         assert a.wait(180) == 0, a.log()
 
     # The run that loses node 1 right after the saves have reached the other node.
-    a, b = start(cluster, port, "replica-lost", lost, 0), start(cluster, port, "replica-lost",
-                                                                 lost, 1)
+    a = start(cluster, where, port, "replica-lost", lost, 0)
+    b = start(cluster, where, port, "replica-lost", lost, 1)
     wait_until(lambda: all((lost / f"saved_{r}").exists() for r in (0, 1)), "the saves", 180)
     dirs = {s["rank"]: pathlib.Path(s["dir"]) for s in records(lost / "starts.jsonl")}
     wait_until(lambda: (dirs[0] / ".replicas" / "1" / "rank1.pt").exists()
@@ -67,13 +107,14 @@ def test_a_replacement_node_restores_the_dead_nodes_state_from_its_peer(cluster,
                "each node's save on the other node", 60)
     b.kill(signal.SIGKILL)
     wait_until(lambda: not dirs[1].exists(), "the dead node's memory to go", 30)
-    replacement = start(cluster, port, "replica-lost", lost, 1)
+    replacement = start(cluster, where, port, "replica-lost", lost, 2)  # a node of its own
     assert a.wait(240) == 0, a.log()
     assert replacement.wait(240) == 0, replacement.log()
 
     log = replacement.log()
+    survivor = re.escape(where.node(0)[0])
     assert re.search(r"memory checkpoints: node rank 1's state \(1 file\(s\), saved in round 0\) "
-                     r"restored from node 0 \(127\.0\.0\.2\) in [\d.]+ s", log), log
+                     rf"restored from node 0 \({survivor}\) in [\d.]+ s", log), log
     assert "restored" not in a.log(), a.log()  # the survivor kept its own state
     starts = records(lost / "starts.jsonl")
     assert [(s["rank"], s["start"]) for s in starts[2:]] in ([(0, 10), (1, 10)],

@@ -4,12 +4,13 @@
 // step), SGD with momentum (optimizer state that must move to the replacement).
 //
 //   recovery_tool [--steps N] [--kill RANK:STEP] [--kill-replacement 0|1] [--plain 0|1]
-//                 [--load FILE]
+//                 [--step-ms MS] [--load FILE]
 //
 // --kill: that rank SIGKILLs itself in the backward of that step, in the first attempt's first
 // process group generation only. --kill-replacement 1: a replacement (a process that joins a later
 // generation) SIGKILLs itself before its loop runs: a second failure during the recovery.
-// --plain 1: the same steps in a plain for loop instead of a TrainingLoop.
+// --plain 1: the same steps in a plain for loop instead of a TrainingLoop. --step-ms: a pause
+// in each step (so that ddprun's standby has started before the kill).
 // --load: a checkpoint loaded before wrapping (a replacement skips it: the state comes from a
 // survivor). Each rank prints "rank R pid P generation G start" first and
 // "rank R pid P params HASH recoveries K transport T" last; HASH covers every parameter byte,
@@ -18,9 +19,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "ddprun/ddp.hpp"
 #include "tool_util.hpp"
@@ -46,7 +49,9 @@ int main(int argc, char** argv) {
                                     {"--kill", ""},
                                     {"--kill-replacement", "0"},
                                     {"--load", ""},
-                                    {"--plain", "0"}});
+                                    {"--plain", "0"},
+                                    {"--step-ms", "0"}});
+  const auto step_pause = std::chrono::milliseconds(std::stoll(args["--step-ms"]));
   const int64_t steps = std::stoll(args["--steps"]);
   int kill_rank = -1;
   int64_t kill_step = -1;
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
     ddprun::DistributedDataParallel ddp(net, pg);
     ddprun::TrainingLoop loop(ddp, *net, opt);
     auto step_fn = [&](int64_t step) {
+      std::this_thread::sleep_for(step_pause);
       auto x = torch::sin(torch::arange(96).to(torch::kFloat).reshape({16, 6}) * 0.37 +
                           static_cast<float>(step * 7 + rank * 3));
       auto y = torch::cos(torch::arange(64).to(torch::kFloat).reshape({16, 4}) * 0.23 +
