@@ -93,7 +93,15 @@ void Agent::Impl::replace_failed() {
       };
     }
     const bool had_standby = static_cast<bool>(standby);
-    pctx_->respawn(local_rank, spec_.program, std::move(launch), reset_signals_, standby);
+    try {
+      pctx_->respawn(local_rank, spec_.program, std::move(launch), reset_signals_, standby);
+    } catch (const std::exception& e) {
+      // The worker stays failed: the loop's next look at the group restarts it whole.
+      sys::log_line("in-process recovery: cannot start rank " +
+                    std::to_string(group_.workers()[static_cast<size_t>(local_rank)].global_rank) +
+                    " again (" + e.what() + "): restarting the worker group");
+      continue;
+    }
     const bool from_standby = had_standby && standby_->taken();
     reported_.erase(local_rank);
     const Worker& w = group_.workers()[static_cast<size_t>(local_rank)];

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <system_error>
+#include <utility>
 
 #include "agent/process/guardian.hpp"
 #include "store/sys/fd.hpp"
@@ -102,8 +103,13 @@ void ProcessContext::respawn(int local_rank, const std::string& program, WorkerL
   if (!old.exit) throw std::logic_error("respawn of a worker that has not exited");
   auto slot = std::make_unique<Slot>();
   slot->launch = std::move(launch);
-  slots_[index] = std::move(slot);
-  spawn(index, program, reset_signals, ready);
+  std::unique_ptr<Slot> dead = std::exchange(slots_[index], std::move(slot));
+  try {
+    spawn(index, program, reset_signals, ready);
+  } catch (...) {
+    slots_[index] = std::move(dead);  // the worker stays exited, as it was
+    throw;
+  }
 }
 
 void ProcessContext::spawn(size_t index, const std::string& program,

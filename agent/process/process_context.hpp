@@ -83,7 +83,7 @@ class ProcessContext {
              const std::vector<int>& reset_signals, const WarmSpawn& warm = {});
   // Starts `local_rank`'s worker again (in-process recovery: the others keep running) from
   // `launch`, through `ready` first when given (a standby). Only for a worker that has exited;
-  // its exit record is dropped.
+  // its exit record is dropped. Throws as start() does; the worker then stays as it was.
   void respawn(int local_rank, const std::string& program, WorkerLaunch launch,
                const std::vector<int>& reset_signals, const WarmSpawn& ready = {});
   // How many of the running attempt's workers were started warm.

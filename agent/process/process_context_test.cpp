@@ -76,6 +76,34 @@ TEST_F(ProcessContextTest, ReportsExitCodesAndSignals) {
   EXPECT_EQ(pctx.exit_of(2)->status, ExitStatus::exited(0));
 }
 
+// In-process recovery: one exited worker starts again, appending to its log file; a respawn
+// that cannot start leaves the worker as it was.
+TEST_F(ProcessContextTest, RespawnStartsOneExitedWorkerAgain) {
+  ProcessContext pctx(io_, nullptr, nullptr);
+  std::vector<WorkerLaunch> ls;
+  ls.push_back(sh(0, "echo first; exit 3"));
+  ls[0].out.kind = StreamTarget::Kind::kFile;
+  ls[0].out.path = (dir_ / "out.log").string();
+  pctx.start("/bin/sh", std::move(ls), {});
+  run_all(pctx);
+  const pid_t first = pctx.pid_of(0);
+  WorkerLaunch again = sh(0, "echo second; exit 0");
+  again.out = pctx.launch_of(0).out;
+  again.out.append = true;
+  pctx.respawn(0, "/bin/sh", std::move(again), {});
+  EXPECT_FALSE(pctx.exit_of(0).has_value());
+  io_.restart();  // it ran out of work when the first worker exited
+  run_all(pctx);
+  EXPECT_NE(pctx.pid_of(0), first);
+  EXPECT_EQ(pctx.exit_of(0)->status, ExitStatus::exited(0));
+  EXPECT_EQ(slurp(dir_ / "out.log"), "first\nsecond\n");
+  WorkerLaunch unwritable = sh(0, "exit 0");
+  unwritable.out.kind = StreamTarget::Kind::kFile;
+  unwritable.out.path = (dir_ / "no" / "such" / "dir.log").string();
+  EXPECT_THROW(pctx.respawn(0, "/bin/sh", std::move(unwritable), {}), std::system_error);
+  EXPECT_EQ(pctx.exit_of(0)->status, ExitStatus::exited(0));  // as it was
+}
+
 TEST_F(ProcessContextTest, SignalAllReachesTheWorkers) {
   ProcessContext pctx(io_, nullptr, nullptr);
   std::vector<WorkerLaunch> ls;
