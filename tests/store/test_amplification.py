@@ -113,11 +113,15 @@ def test_ddpstore_holds_unread_replies_to_its_budget(ddpstore, tmp_path, memory_
         # A greedy client that starts reading gets every reply, in order, complete.
         assert read_values(greedy[0], 64) == [VALUE] * 64
         # The budget is full of replies nobody reads: a newcomer's large reply waits until the
-        # connections that hold them and read nothing for 10 s are closed.
+        # connections that hold them and read nothing for 10 s are closed. (What greedy[0]'s
+        # reading freed is usually taken back by the other greedy connections first; when the
+        # newcomer gets there first, its reply needs no closing.)
         late = Conn(store.port, torch2=True, timeout=60)
+        asked = time.monotonic()
         late.send(op(V2, "GET", s("big")))
         assert read_values(late, 1) == [VALUE]
-        assert "connection(s) that read none of" in store.log()
+        if time.monotonic() - asked >= 5:
+            assert "connection(s) that read none of" in store.log(), store.log()
         for c in greedy + [setter]:
             c.close()
         well_behaved(store.port)
