@@ -9,6 +9,7 @@
 // --kill: that rank SIGKILLs itself in the backward of that step, in the first attempt's first
 // process group generation only. --kill-replacement 1: a replacement (a process that joins a later
 // generation) SIGKILLs itself before its loop runs: a second failure during the recovery.
+// --zero 1: a TrainingLoop over a ZeroRedundancyOptimizer first (refused under the flag).
 // --plain 1: the same steps in a plain for loop instead of a TrainingLoop. --step-ms: a pause
 // in each step (so that ddprun's standby has started before the kill).
 // --load: a checkpoint loaded before wrapping (a replacement skips it: the state comes from a
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
                                     {"--kill-replacement", "0"},
                                     {"--load", ""},
                                     {"--plain", "0"},
-                                    {"--step-ms", "0"}});
+                                    {"--step-ms", "0"},
+                                    {"--zero", "0"}});
   const auto step_pause = std::chrono::milliseconds(std::stoll(args["--step-ms"]));
   const int64_t steps = std::stoll(args["--steps"]);
   int kill_rank = -1;
@@ -77,6 +79,11 @@ int main(int argc, char** argv) {
       if (auto saved = ddprun::load_checkpoint(*pg, args["--load"], *net, opt)) first = saved->step;
     }
     ddprun::DistributedDataParallel ddp(net, pg);
+    if (args["--zero"] == "1") {  // refused under --in-process-recovery: its shards die
+      auto zero = ddprun::make_zero<torch::optim::SGD>(net->parameters(), pg,
+                                                       torch::optim::SGDOptions(0.05));
+      ddprun::TrainingLoop refused(ddp, *net, zero);
+    }
     ddprun::TrainingLoop loop(ddp, *net, opt);
     auto step_fn = [&](int64_t step) {
       std::this_thread::sleep_for(step_pause);

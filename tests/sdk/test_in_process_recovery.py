@@ -128,6 +128,14 @@ def test_without_the_flag_the_loop_runs_and_the_group_restarts(launcher, uninter
         assert r["hash"] == uninterrupted[2] and r["recoveries"] == 0, found
 
 
+def test_a_zero_optimizer_is_refused_by_name(launcher):
+    # Its shards die with their rank: a replacement could not be given its state.
+    result = run(launcher, 2, ["--zero", "1"], max_restarts=0)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "cannot hand a replacement its ZeroRedundancyOptimizer shard" in result.stderr, (
+        result.stderr)
+
+
 def test_workers_outside_a_training_loop_restart_the_group(launcher, uninterrupted):
     # Workers with a loop of their own never announce one: ddprun says so and restarts the
     # group, which trains from the start to the same parameters.

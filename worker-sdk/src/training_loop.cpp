@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "ddprun/zero_optimizer.hpp"
 #include "group_recovery.hpp"
 #include "training_state.hpp"
 
@@ -22,10 +23,17 @@ constexpr std::chrono::seconds kNoticeWait{30};
 TrainingLoop::TrainingLoop(DataParallel& ddp, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer)
     : ddp_(ddp), model_(model), optimizer_(optimizer) {
-  if (GroupRecovery::channel(ddp_.process_group()) && ddp_.options().static_graph) {
+  if (!GroupRecovery::channel(ddp_.process_group())) return;
+  if (ddp_.options().static_graph) {
     throw Error(
         "TrainingLoop: in-process recovery does not support DdpOptions::static_graph (a "
         "replacement would learn the graph alone); turn one of them off");
+  }
+  if (dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer_) != nullptr) {
+    throw Error(
+        "TrainingLoop: in-process recovery cannot hand a replacement its "
+        "ZeroRedundancyOptimizer shard (it died with its rank); use a plain optimizer, or "
+        "ddprun without --in-process-recovery");
   }
 }
 

@@ -26,8 +26,9 @@
 // - `after_step` runs once per completed step; if a rank dies during it, it is not run again.
 // - The state that moves to a replacement is the model's parameters and buffers, the
 //   optimizer's state and the step: replicated state, as plain DDP has. Not supported: a
-//   ZeroRedundancyOptimizer (its shards die with their rank), DdpOptions::static_graph,
-//   Join, and communication hooks with state of their own (PowerSGD).
+//   ZeroRedundancyOptimizer (its shards die with their rank) and DdpOptions::static_graph
+//   (the constructor refuses both under ddprun --in-process-recovery), Join, and
+//   communication hooks with state of their own (PowerSGD).
 // - Before run(), a replacement has no state: load_checkpoint returns nullopt for it and the
 //   DDP wrapper skips its initial broadcast; any other collective the ranks make before run()
 //   must be skipped when pg->generation() > 0.
