@@ -61,6 +61,15 @@ void AsyncChannel::close() {
   socket_.close(ignored);  // pending operations end with operation_aborted
 }
 
+tcp::socket AsyncChannel::release_socket() {
+  if (busy_ || closed_ || in_begin_ != in_end_) {
+    throw StoreError(Kind::kProtocol, "store " + peer_ + ": connection not idle at hand-over");
+  }
+  disarm();
+  closed_ = true;
+  return std::move(socket_);
+}
+
 void AsyncChannel::fail(Kind kind, const std::string& what) {
   close();
   throw StoreError(kind, "store " + peer_ + ": " + what);

@@ -66,6 +66,7 @@ class AsyncChannel : public std::enable_shared_from_this<AsyncChannel> {
   asio::awaitable<bool> open(std::string host, uint16_t port, Clock::time_point deadline,
                              std::string* error);
   void close();
+  tcp::socket release_socket();  // see AsyncClient::release_socket
   Clock::time_point call_deadline() const { return deadline_after(options_.timeout); }
   const std::string& peer() const { return peer_; }
 

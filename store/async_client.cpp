@@ -75,6 +75,10 @@ asio::awaitable<std::unique_ptr<AsyncClient>> AsyncClient::connect(asio::any_io_
                                        " ms: " + error);
 }
 
+asio::ip::tcp::socket AsyncClient::release_socket() {
+  return channel_->release_socket();
+}
+
 asio::awaitable<void> AsyncClient::set(std::string key, std::string value) {
   return request(channel_, key_value_frame(Op::kSet, key, value), &AsyncChannel::no_reply);
 }

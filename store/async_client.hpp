@@ -28,6 +28,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -84,6 +85,10 @@ class AsyncClient {
 
   // Closes the connection; an operation in progress ends with kClosed, later ones throw it.
   void close();
+  // Hands over the connected (and authenticated) socket, no operation in flight: for a caller
+  // that speaks its own framing on it (the store proxy's multiplexed connection, proxy.hpp). The
+  // client is closed afterwards.
+  boost::asio::ip::tcp::socket release_socket();
   const std::string& peer() const;  // "host:port" ("[::1]:29400" for IPv6 literals)
 
  private:

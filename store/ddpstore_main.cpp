@@ -14,6 +14,7 @@
 #include <string>
 #include <system_error>
 
+#include "store/proxy.hpp"
 #include "store/server.hpp"
 #include "store/sys/console.hpp"
 #include "store/sys/fd_limit.hpp"
@@ -22,11 +23,20 @@
 
 namespace {
 
+using ddprun::store::ProxyOptions;
 using ddprun::store::ServerOptions;
+
+// What the command line asks for: a store, or (--upstream) a proxy in front of one.
+struct Args {
+  ServerOptions opts;
+  std::string upstream_host;  // set: run as a proxy
+  uint16_t upstream_port = 0;
+};
 
 constexpr const char* kUsage =
     "usage: ddpstore [--host H] [--port P] [--token-file PATH] [--max-key-bytes N]\n"
     "                [--max-value-bytes N] [--max-keys N] [--max-output-bytes N] [--backlog N]\n"
+    "       ddpstore --upstream HOST:PORT [--port P] [--token-file PATH]\n"
     "\n"
     "Serves a key-value store speaking PyTorch's c10d TCPStore protocol (torch 1.13 and 2.x\n"
     "clients, e.g. init_process_group(\"env://\") with TORCHELASTIC_USE_AGENT_STORE=True) until\n"
@@ -46,6 +56,11 @@ constexpr const char* kUsage =
     "                       a client that does not read its replies is not read from, and\n"
     "                       one reply larger than N closes its connection\n"
     "  --backlog N          listen backlog (default: /proc/sys/net/core/somaxconn)\n"
+    "  --upstream HOST:PORT run as a store proxy instead (store/proxy.hpp): serve clients on\n"
+    "                       127.0.0.1 (loopback clients only) and forward their requests to\n"
+    "                       the store at HOST:PORT over one connection, asking once what\n"
+    "                       several ask alike; --token-file is then the upstream store's\n"
+    "                       secret. Exits 1 when the store goes.\n"
     "  -h, --help           this help\n"
     "\n"
     "A client sending a malformed or over-limit request is disconnected with a log line.\n"
@@ -68,15 +83,24 @@ uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t
 
 bool known_flag(const std::string& flag) {
   for (const char* f : {"--host", "--port", "--token-file", "--max-key-bytes", "--max-value-bytes",
-                        "--max-keys", "--max-output-bytes", "--backlog"}) {
+                        "--max-keys", "--max-output-bytes", "--backlog", "--upstream"}) {
     if (flag == f) return true;
   }
   return false;
 }
 
-void apply_flag(ServerOptions& opts, const std::string& flag, const std::string& value) {
+void apply_flag(Args& args, const std::string& flag, const std::string& value) {
   constexpr uint64_t kMaxSize = std::numeric_limits<uint32_t>::max();
-  if (flag == "--host") {
+  ServerOptions& opts = args.opts;
+  if (flag == "--upstream") {
+    const size_t colon = value.rfind(':');
+    if (colon == std::string::npos || colon == 0) usage_error("--upstream needs HOST:PORT");
+    args.upstream_host = value.substr(0, colon);
+    if (args.upstream_host.size() > 2 && args.upstream_host.front() == '[') {
+      args.upstream_host = args.upstream_host.substr(1, args.upstream_host.size() - 2);
+    }
+    args.upstream_port = static_cast<uint16_t>(parse_number(flag, value.substr(colon + 1), 65535));
+  } else if (flag == "--host") {
     opts.host = value;
   } else if (flag == "--port") {
     opts.port = static_cast<uint16_t>(parse_number(flag, value, 65535));
@@ -98,8 +122,9 @@ void apply_flag(ServerOptions& opts, const std::string& flag, const std::string&
   }
 }
 
-ServerOptions parse_args(int argc, char** argv) {
-  ServerOptions opts;
+Args parse_args(int argc, char** argv) {
+  Args args;
+  ServerOptions& opts = args.opts;
   opts.port = 29400;
   opts.log_prefix = "[ddpstore]";
   for (int i = 1; i < argc; ++i) {
@@ -119,7 +144,7 @@ ServerOptions parse_args(int argc, char** argv) {
     } else {
       usage_error(flag + " needs a value");
     }
-    apply_flag(opts, flag, value);
+    apply_flag(args, flag, value);
   }
   // One GET of the longest value must be able to leave.
   if (opts.max_output_bytes < opts.limits.max_value + 64) {
@@ -127,15 +152,51 @@ ServerOptions parse_args(int argc, char** argv) {
                 " is less than one reply of the longest value (--max-value-bytes " +
                 std::to_string(opts.limits.max_value) + " + 64)");
   }
-  return opts;
+  return args;
+}
+
+// ddpstore --upstream: a proxy on loopback until the store goes (1) or a signal (0).
+int run_proxy(const Args& args) {
+  ProxyOptions po;
+  po.listen_port = args.opts.port;
+  po.upstream_host = args.upstream_host;
+  po.upstream_port = args.upstream_port;
+  po.upstream.token = args.opts.token;
+  po.limits = args.opts.limits;
+  po.log_prefix = "[ddpstore proxy]";
+  boost::asio::io_context io(1);
+  std::optional<ddprun::store::StoreProxy> proxy;
+  try {
+    proxy.emplace(io, po);
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "ddpstore: %s\n", e.what());
+    return 1;
+  }
+  int code = 0;
+  proxy->on_upstream_lost([&](const std::string&) {
+    code = 1;
+    io.stop();
+  });
+  std::printf("[ddpstore proxy] listening on 127.0.0.1:%u for %s\n",
+              static_cast<unsigned>(proxy->port()),
+              ddprun::sys::endpoint_text(po.upstream_host, po.upstream_port).c_str());
+  std::fflush(stdout);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) proxy->close();
+  });
+  io.run();
+  return code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  ServerOptions opts = parse_args(argc, argv);
+  const Args args = parse_args(argc, argv);
+  const ServerOptions& opts = args.opts;
   std::signal(SIGPIPE, SIG_IGN);
   ddprun::sys::raise_fd_limit();  // each client holds a descriptor
+  if (!args.upstream_host.empty()) return run_proxy(args);
   boost::asio::io_context io(1);
   std::optional<ddprun::store::Server> server;
   try {

@@ -34,6 +34,10 @@ constexpr OpSpec kSpecs[] = {
     {Op::kKeepAlive, "KEEP_ALIVE", 2, {F::kI64, F::kU32}},
     {Op::kAuth, "AUTH", 1, {F::kAuthBlob}},
     {Op::kAuthProof, "AUTH_PROOF", 1, {F::kAuthBlob}},
+    {Op::kMux, "MUX", 0, {}},
+    {Op::kWaitTagged, "WAIT_TAGGED", 2, {F::kU32, F::kKeys}},
+    {Op::kBarrierTagged, "BARRIER_TAGGED", 3, {F::kU32, F::kKey, F::kI64}},
+    {Op::kCancelTagged, "CANCEL_TAGGED", 1, {F::kU32}},
 };
 constexpr size_t kOpCount = sizeof(kSpecs) / sizeof(kSpecs[0]);
 
@@ -79,6 +83,10 @@ const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode) {
       if (opcode == kKeepAliveOpcode) return &op_spec(Op::kKeepAlive);
       if (opcode == kAuthOpcode) return &op_spec(Op::kAuth);
       if (opcode == kAuthProofOpcode) return &op_spec(Op::kAuthProof);
+      if (opcode == kMuxOpcode) return &op_spec(Op::kMux);
+      if (opcode == kWaitTaggedOpcode) return &op_spec(Op::kWaitTagged);
+      if (opcode == kBarrierTaggedOpcode) return &op_spec(Op::kBarrierTagged);
+      if (opcode == kCancelTaggedOpcode) return &op_spec(Op::kCancelTagged);
       return nullptr;
     case Dialect::kUnknown:
       break;
@@ -95,6 +103,10 @@ uint8_t torch2_opcode(Op op) {
   if (op == Op::kKeepAlive) return kKeepAliveOpcode;
   if (op == Op::kAuth) return kAuthOpcode;
   if (op == Op::kAuthProof) return kAuthProofOpcode;
+  if (op == Op::kMux) return kMuxOpcode;
+  if (op == Op::kWaitTagged) return kWaitTaggedOpcode;
+  if (op == Op::kBarrierTagged) return kBarrierTaggedOpcode;
+  if (op == Op::kCancelTagged) return kCancelTaggedOpcode;
   int code = find_opcode(kTorch2Ops, op);
   if (code < 0) throw std::invalid_argument(std::string(op_spec(op).name) + " is not a 2.x op");
   return static_cast<uint8_t>(code);

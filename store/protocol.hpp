@@ -50,6 +50,11 @@ enum class Op : uint8_t {
   kKeepAlive,  // i64 interval_ms, u32 probes -> u8 kExtensionAck
   kAuth,       // auth client nonce -> u8 kAuthOpen, or kAuthChallenge + server nonce + proof
   kAuthProof,  // auth client proof -> u8 kExtensionAck (a wrong proof: the connection closes)
+  // The proxy's multiplexed connection (PROTOCOL.md, "Multiplexed connections"):
+  kMux,            // -> u8 kExtensionAck; from then on every reply is framed (kMuxReply...)
+  kWaitTagged,     // u32 tag, keys -> later a kMuxRelease frame with the tag
+  kBarrierTagged,  // u32 tag, key, i64 world size -> later a kMuxRelease frame with the tag
+  kCancelTagged,   // u32 tag -> u8: kMuxCancelled if it was parked, kMuxNotParked if not
 };
 
 // Field layout of a request after its opcode byte.
@@ -96,6 +101,28 @@ inline constexpr uint8_t kExtensionAck = 0x01;
 // hello); PING is answered with kAuthRequiredWord instead of its nonce, then the connection
 // is closed, so a client without a token learns why at once.
 inline constexpr uint8_t kAuthOpcode = 0x42;
+// Multiplexed connections (ddprun-only, PROTOCOL.md "Multiplexed connections"): a store proxy
+// forwards many clients' requests over one connection, so a wait there must not hold back the
+// replies behind it. After MUX each reply is framed: kMuxReply + the op's usual reply, or
+// kMuxRelease + u32 tag when a tagged wait (WAIT_TAGGED, BARRIER_TAGGED) is released, which
+// may come between any two replies. Plain WAIT, BARRIER and CANCEL_WAIT close a mux connection.
+inline constexpr uint8_t kMuxOpcode = 0x44;
+inline constexpr uint8_t kWaitTaggedOpcode = 0x45;
+inline constexpr uint8_t kBarrierTaggedOpcode = 0x46;
+inline constexpr uint8_t kCancelTaggedOpcode = 0x47;
+inline constexpr uint8_t kMuxReply = 0x00;
+inline constexpr uint8_t kMuxRelease = 0x01;
+// An ADD (or BARRIER_TAGGED) the store refuses (a value that is not a decimal integer, an
+// overflow) would close a plain connection; a mux connection carries many clients, so it gets
+// kMuxFailed + bytes reason in the reply's place (kMuxTagFailed + u32 tag + bytes reason for a
+// tagged barrier) and stays open; the store is unchanged.
+inline constexpr uint8_t kMuxFailed = 0x02;
+inline constexpr uint8_t kMuxTagFailed = 0x03;
+inline constexpr uint8_t kMuxCancelled = 0x01;
+inline constexpr uint8_t kMuxNotParked = 0x00;
+// Tagged waits one mux connection may hold parked at once (one per distinct wait its proxy's
+// clients have open); more closes it.
+inline constexpr size_t kMaxTaggedWaits = 1 << 16;
 inline constexpr uint8_t kAuthProofOpcode = 0x43;
 inline constexpr size_t kAuthBytes = 32;         // nonces and proofs (SHA-256 output)
 inline constexpr uint8_t kAuthOpen = 0x00;       // AUTH reply: this store has no token

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "store/auth.hpp"
+#include "store/session_mux.hpp"
 #include "store/wire.hpp"
 
 namespace ddprun::store {
@@ -123,7 +124,7 @@ size_t Session::footprint() const {
 // may be larger, when nothing else is held), and what goes beyond kFreeBytes is taken from the
 // budget. Memory, not bytes queued: an output buffer is freed only once wholly sent.
 Session::Fit Session::reserve(const Request& r) {
-  const size_t need = reply_bytes(r);
+  const size_t need = reply_bytes(r) + (mux_ ? 1 : 0);  // a multiplexed reply's frame byte
   if (budget_ && need > budget_->limit()) return Fit::kNever;
   const size_t have = footprint();
   static const std::string kNothingHeld;

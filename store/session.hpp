@@ -21,6 +21,11 @@
 // answered with kAuthRequiredWord) and any other first request, a malformed AUTH frame or a
 // wrong proof refuses the connection (feed() returns false, refused() says why).
 //
+// Multiplexed (ddprun-only, PROTOCOL.md "Multiplexed connections"): after MUX, every reply is
+// framed, and tagged waits (WAIT_TAGGED, BARRIER_TAGGED) park without holding anything back:
+// their release is a frame of its own, between any two replies. A store proxy forwards all its
+// clients' requests, waits included, over one such connection.
+//
 // Not thread-safe: the io_context thread only.
 #pragma once
 
@@ -118,7 +123,12 @@ class Session final : private Waiter {
   size_t footprint() const;
   void settle_budget();  // charges the budget exactly the footprint beyond kFreeBytes
   bool handle(Request& request);
+  bool dispatch(Request& request);  // handle()'s switch over the ops (session_ops.cpp)
   bool handle_auth(Request& request);
+  // A multiplexed connection (after MUX): framed replies and tagged waits (session_mux.cpp).
+  bool handle_muxed(Request& request);
+  bool handle_tagged(Request& request);
+  void flush_releases();
   bool refuse(const char* reason, std::string detail);
   bool handle_read(Request& request);
   bool handle_write(Request& request);
@@ -154,6 +164,9 @@ class Session final : private Waiter {
     std::string key, expected, desired;
   };
   std::unique_ptr<Will> will_;  // few connections set one: not inline in every session
+  struct Mux;
+  struct TaggedWait;
+  std::unique_ptr<Mux> mux_;  // a proxy's multiplexed connection (session_mux.cpp)
   std::string_view token_;
   OutputBudget* budget_;
   size_t charged_ = 0;  // taken from budget_ for this connection's output

@@ -24,6 +24,7 @@ std::string quoted(const std::string& key) {
 bool Session::handle(Request& request) {
   ++requests_;
   if (authenticating()) return handle_auth(request);
+  if (mux_) return handle_muxed(request);
   if (parked()) {
     if (dialect() == Dialect::kTorch1) {
       state_.cancel_wait(*this);  // the 1.13 client gave up on it: never send the late byte
@@ -32,6 +33,10 @@ bool Session::handle(Request& request) {
                   " while this connection's previous WAIT is still pending");
     }
   }
+  return dispatch(request);
+}
+
+bool Session::dispatch(Request& request) {
   switch (request.op) {
     case Op::kValidate:
       if (request.word != kValidationMagic) return fail("VALIDATE with a wrong magic number");
@@ -65,6 +70,11 @@ bool Session::handle(Request& request) {
     case Op::kAuthProof:
       return fail(auth_ == Auth::kDone ? "AUTH_PROOF on a connection that has authenticated"
                                        : "AUTH_PROOF on a store without a token");
+    case Op::kMux:
+    case Op::kWaitTagged:
+    case Op::kBarrierTagged:
+    case Op::kCancelTagged:
+      return handle_tagged(request);
     case Op::kSet:
     case Op::kCompareSet:
     case Op::kAdd:

@@ -341,3 +341,77 @@ TEST(SessionTest, OneConnectionQueuesAtMostItsCap) {
 
 }  // namespace
 }  // namespace ddprun::store
+
+namespace ddprun::store {
+namespace {
+
+std::string u32le(uint32_t v) {
+  std::string s;
+  wire::put_u32(s, v);
+  return s;
+}
+std::string framed(const std::string& reply) {
+  return std::string(1, static_cast<char>(kMuxReply)) + reply;
+}
+std::string released(uint32_t tag) {
+  return std::string(1, static_cast<char>(kMuxRelease)) + u32le(tag);
+}
+
+// A proxy's multiplexed connection: replies are framed, tagged waits hold nothing back and their
+// releases come as frames of their own.
+TEST(SessionMuxTest, TaggedWaitsDoNotHoldRepliesBack) {
+  StoreState state;
+  Peer proxy(state), other(state);
+  proxy.send(torch2_hello());
+  other.send(torch2_hello());
+  EXPECT_EQ(proxy.send(v2(Op::kMux)), std::string(1, '\x01'));
+  EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(7).keys({"/a"})), "");
+  EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(8).keys({"/a", "/b"})), "");
+  EXPECT_EQ(proxy.send(v2(Op::kAdd).str("/n").i64(3)), framed(i64(3)));
+  EXPECT_EQ(proxy.send(v2(Op::kSet).str("/x").str("1")), "");
+  EXPECT_EQ(other.send(v2(Op::kSet).str("/a").str("1")), "");
+  EXPECT_EQ(proxy.wakeups, 1);
+  EXPECT_EQ(proxy.take(), released(7));
+  // Its own write releases the second: the release follows the write's reply.
+  EXPECT_EQ(proxy.send(v2(Op::kCompareSet).str("/b").str("").str("v")),
+            framed(bytes("v")) + released(8));
+  // Present already: released at once.
+  EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(7).keys({"/a"})), released(7));
+  // An ADD the store refuses fails alone; the connection stays.
+  const std::string failed = proxy.send(v2(Op::kAdd).str("/b").i64(1));
+  ASSERT_FALSE(failed.empty());
+  EXPECT_EQ(failed[0], static_cast<char>(kMuxFailed));
+  EXPECT_NE(failed.find("not a 64-bit decimal integer"), std::string::npos);
+  EXPECT_EQ(proxy.send(v2(Op::kGet).str("/b")), framed(bytes("v")));
+}
+
+TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
+  StoreState state;
+  Peer proxy(state), other(state);
+  proxy.send(torch2_hello());
+  other.send(torch2_hello());
+  proxy.send(v2(Op::kMux));
+  EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(1).keys({"/k"})), "");
+  EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(1)), framed(std::string(1, '\x01')));
+  EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(1)), framed(std::string(1, '\x00')));
+  other.send(v2(Op::kSet).str("/k").str("1"));
+  EXPECT_EQ(proxy.take(), "");  // cancelled: never released
+  EXPECT_EQ(proxy.send(v2(Op::kBarrierTagged).u32(2).str("/bar").i64(2)), "");
+  EXPECT_EQ(proxy.send(v2(Op::kBarrierTagged).u32(3).str("/bar").i64(2)),
+            released(2) + released(3));
+  EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(4).keys({"/z"})), "");
+  EXPECT_FALSE(proxy.session.feed(v2(Op::kWaitTagged).u32(4).keys({"/z"})));
+  EXPECT_NE(proxy.session.error().find("still parked"), std::string::npos);
+
+  Peer plain(state);
+  plain.send(torch2_hello());
+  EXPECT_FALSE(plain.session.feed(v2(Op::kWaitTagged).u32(1).keys({"/z"})));
+  EXPECT_NE(plain.session.error().find("before MUX"), std::string::npos);
+  Peer muxed(state);
+  muxed.send(torch2_hello() + std::string(v2(Op::kMux)));
+  EXPECT_FALSE(muxed.session.feed(v2(Op::kWait).keys({"/z"})));
+  EXPECT_NE(muxed.session.error().find("multiplexed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::store

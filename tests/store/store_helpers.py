@@ -116,7 +116,7 @@ class Ddpstore:
         self.proc = subprocess.Popen([binary, "--host", host, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=self._log, text=True)
         line = self.proc.stdout.readline()
-        m = re.fullmatch(r"\[ddpstore\] listening on (\S+):(\d+)\n", line)
+        m = re.fullmatch(r"\[ddpstore(?: proxy)?\] listening on (\S+):(\d+)(?: for \S+)?\n", line)
         assert m, f"unexpected first line {line!r}"
         self.host = host
         self.port = int(m.group(2))
@@ -143,3 +143,27 @@ def ddpstore_running(binary, tmp_path, *args, host="127.0.0.1"):
             store.proc.kill()
             store.proc.wait()
         store._log.close()
+
+
+class ProxiedStore:
+    """ddpstore with a ddpstore --upstream proxy in front: clients use the proxy's host and port
+    as they would the store's; log() has both logs."""
+
+    def __init__(self, store, proxy):
+        self.store, self.proxy = store, proxy
+        self.host, self.port = proxy.host, proxy.port
+
+    def log(self):
+        return self.store.log() + self.proxy.log()
+
+
+@contextlib.contextmanager
+def store_running(binary, tmp_path, via_proxy):
+    """The store itself, or (via_proxy) a proxy in front of it."""
+    with ddpstore_running(binary, tmp_path) as store:
+        if not via_proxy:
+            yield store
+            return
+        with ddpstore_running(binary, tmp_path, "--upstream",
+                              f"127.0.0.1:{store.port}") as proxy:
+            yield ProxiedStore(store, proxy)

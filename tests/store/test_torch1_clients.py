@@ -6,14 +6,14 @@ import threading
 import pytest
 import torch.distributed as dist
 
-from store_helpers import ddpstore_running
+from store_helpers import store_running
 
 SECONDS = datetime.timedelta(seconds=1)
 
 
-@pytest.fixture
-def store(ddpstore, tmp_path):
-    with ddpstore_running(ddpstore, tmp_path) as st:
+@pytest.fixture(params=[False, True], ids=["direct", "proxy"])
+def store(ddpstore, tmp_path, request):
+    with store_running(ddpstore, tmp_path, request.param) as st:
         yield st
 
 

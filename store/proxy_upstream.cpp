@@ -1,0 +1,196 @@
+// Upstream (proxy_upstream.hpp): the proxy's multiplexed connection to the job's store.
+#include "store/proxy_upstream.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <stdexcept>
+#include <utility>
+
+#include "store/async_client.hpp"
+#include "store/client_frames.hpp"
+#include "store/wire.hpp"
+
+namespace ddprun::store::proxy {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// A length-prefixed field at `at`: its end, or 0 while incomplete.
+size_t field_end(std::string_view in, size_t at) {
+  if (in.size() < at + 8) return 0;
+  const uint64_t n = wire::load_le(in.data() + at, 8);
+  if (n > client_frames::kMaxReplyBytes) throw std::length_error("a reply field too long");
+  return in.size() < at + 8 + n ? 0 : at + 8 + n;
+}
+
+}  // namespace
+
+size_t reply_length(Shape shape, size_t count, std::string_view in) {
+  switch (shape) {
+    case Shape::kU8:
+      return in.empty() ? 0 : 1;
+    case Shape::kI64:
+      return in.size() < 8 ? 0 : 8;
+    case Shape::kBytes:
+      return field_end(in, 0);
+    case Shape::kValues:
+      break;
+    case Shape::kQueuePop: {
+      if (in.size() < 8) return 0;
+      const auto length = static_cast<int64_t>(wire::load_le(in.data(), 8));
+      return length > 0 ? field_end(in, 8) : 8;
+    }
+    case Shape::kListKeys: {
+      if (in.size() < 8) return 0;
+      count = wire::load_le(in.data(), 8);
+      if (count > client_frames::kMaxReplyBytes / 8) throw std::length_error("too many keys");
+      size_t at = 8;
+      for (size_t i = 0; i < count; ++i) {
+        at = field_end(in, at);
+        if (at == 0) return 0;
+      }
+      return at;
+    }
+  }
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    at = field_end(in, at);
+    if (at == 0) return 0;
+  }
+  return at;
+}
+
+Upstream::Upstream(asio::any_io_executor executor, const ProxyOptions& options, Handlers handlers)
+    : executor_(executor), options_(options), handlers_(std::move(handlers)), socket_(executor) {}
+
+void Upstream::start() {
+  asio::co_spawn(executor_, connect(), [self = shared_from_this()](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& error) {
+      self->fail(error.what());
+    }
+  });
+}
+
+asio::awaitable<void> Upstream::connect() {
+  auto client = co_await AsyncClient::connect(executor_, options_.upstream_host,
+                                              options_.upstream_port, options_.upstream);
+  if (closed_) co_return;
+  socket_ = client->release_socket();
+  std::string mux;
+  wire::put_u8(mux, kMuxOpcode);
+  co_await asio::async_write(socket_, asio::buffer(mux), asio::use_awaitable);
+  uint8_t ack = 0;
+  co_await asio::async_read(socket_, asio::buffer(&ack, 1), asio::use_awaitable);
+  if (ack != kExtensionAck) throw std::runtime_error("the store did not accept MUX");
+  if (closed_) co_return;
+  connected_ = true;
+  if (handlers_.connected) handlers_.connected();
+  read();
+  flush();
+}
+
+void Upstream::close() {
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+void Upstream::send(std::string frame, Shape shape, size_t count, Reply reply) {
+  expected_.push_back(Expected{shape, count, std::move(reply)});
+  send(std::move(frame));
+}
+
+void Upstream::send(std::string frame) {
+  ++requests_;
+  out_ += frame;
+}
+
+void Upstream::flush() {
+  if (!connected_ || closed_ || writing_now_ || out_.empty()) return;
+  writing_now_ = true;
+  writing_.swap(out_);
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                      self->writing_now_ = false;
+                      self->writing_.clear();
+                      if (ec) return self->fail("writing to the store: " + ec.message());
+                      self->flush();
+                    });
+}
+
+void Upstream::read() {
+  constexpr size_t kChunk = 64 << 10;
+  const size_t have = in_.size();
+  in_.resize(have + kChunk);
+  socket_.async_read_some(
+      asio::buffer(in_.data() + have, kChunk),
+      [self = shared_from_this(), have](boost::system::error_code ec, size_t n) {
+        self->in_.resize(have + n);
+        if (ec) {
+          return self->fail(ec == asio::error::eof ? "the store closed the connection"
+                                                   : "reading from the store: " + ec.message());
+        }
+        if (!self->parse()) return;
+        self->read();
+      });
+}
+
+bool Upstream::parse() {
+  size_t at = 0;
+  try {
+    while (at < in_.size() && !closed_) {
+      const std::string_view rest = std::string_view(in_).substr(at);
+      const auto frame = static_cast<uint8_t>(rest[0]);
+      if (frame == kMuxRelease) {
+        if (rest.size() < 5) break;
+        at += 5;
+        handlers_.released(static_cast<uint32_t>(wire::load_le(rest.data() + 1, 4)));
+      } else if (frame == kMuxTagFailed) {
+        const size_t end = rest.size() < 5 ? 0 : field_end(rest, 5);
+        if (end == 0) break;
+        at += end;
+        handlers_.tag_failed(static_cast<uint32_t>(wire::load_le(rest.data() + 1, 4)),
+                             std::string(rest.substr(13, end - 13)));
+      } else if (frame == kMuxReply || frame == kMuxFailed) {
+        if (expected_.empty()) throw std::length_error("a reply nobody asked for");
+        const Expected& e = expected_.front();
+        const size_t end = frame == kMuxReply ? reply_length(e.shape, e.count, rest.substr(1))
+                                              : field_end(rest, 1);
+        if (end == 0) break;
+        Reply reply = std::move(expected_.front().reply);
+        expected_.pop_front();
+        if (frame == kMuxReply) {
+          at += 1 + end;
+          reply(rest.substr(1, end), false);
+        } else {
+          at += end;
+          reply(rest.substr(9, end - 9), true);
+        }
+      } else {
+        throw std::length_error("an unknown frame byte");
+      }
+    }
+  } catch (const std::length_error& e) {
+    fail(std::string("malformed reply from the store: ") + e.what());
+    return false;
+  }
+  in_.erase(0, at);
+  return !closed_;
+}
+
+void Upstream::fail(const std::string& why) {
+  if (closed_) return;
+  close();
+  connected_ = false;
+  if (handlers_.lost) handlers_.lost(why);
+}
+
+}  // namespace ddprun::store::proxy

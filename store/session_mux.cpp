@@ -1,0 +1,136 @@
+// Session on a multiplexed connection (session.hpp, session_mux.hpp): MUX turns it on; then
+// every reply is framed (kMuxReply + the reply), and tagged waits park without holding back the
+// replies behind them, their release framed as kMuxRelease + tag between any two replies.
+#include "store/session_mux.hpp"
+
+#include <string>
+#include <utility>
+
+#include "store/wire.hpp"
+
+namespace ddprun::store {
+namespace {
+
+// Ops whose reply a multiplexed connection frames; the others reply nothing.
+bool has_reply(Op op) {
+  switch (op) {
+    case Op::kValidate:
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kMultiSet:
+    case Op::kQueuePush:
+    case Op::kWaitTagged:  // its release is a frame of its own
+    case Op::kBarrierTagged:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+void Session::TaggedWait::on_wake() {
+  Mux& mux = *session.mux_;
+  mux.released.push_back(tag);
+  mux.finished.push_back(tag);
+  if (mux.in_request) return;  // framed after the reply being built
+  session.flush_releases();
+  session.listener_.on_output();
+}
+
+void Session::flush_releases() {
+  for (uint32_t tag : mux_->released) {
+    wire::put_u8(out_, kMuxRelease);
+    wire::put_u32(out_, tag);
+  }
+  mux_->released.clear();
+  settle_budget();
+}
+
+bool Session::handle_muxed(Request& request) {
+  Mux& mux = *mux_;
+  for (uint32_t tag : mux.finished) mux.waits.erase(tag);
+  mux.finished.clear();
+  switch (request.op) {
+    case Op::kWait:
+    case Op::kBarrier:
+    case Op::kCancelWait:
+    case Op::kMux:
+      return fail(std::string(op_spec(request.op).name) + " on a multiplexed connection");
+    default:
+      break;
+  }
+  const size_t mark = out_.size();
+  if (has_reply(request.op)) wire::put_u8(out_, kMuxReply);
+  mux.in_request = true;
+  bool ok = dispatch(request);
+  mux.in_request = false;
+  if (!ok && (request.op == Op::kAdd || request.op == Op::kBarrierTagged)) {
+    // Refused by the store's semantics, not a broken frame: this request fails, not the link.
+    out_.resize(mark);
+    if (request.op == Op::kAdd) {
+      wire::put_u8(out_, kMuxFailed);
+    } else {
+      wire::put_u8(out_, kMuxTagFailed);
+      wire::put_u32(out_, request.word);
+    }
+    wire::put_bytes(out_, error());
+    rare_->error.clear();
+    if (rare_->idle()) rare_.reset();
+    ok = true;
+  }
+  flush_releases();
+  return ok;
+}
+
+// MUX, and the tagged ops (which only a multiplexed connection may send).
+bool Session::handle_tagged(Request& r) {
+  if (r.op == Op::kMux) {
+    if (parked()) return fail("MUX while a WAIT is pending");
+    mux_ = std::make_unique<Mux>();
+    wire::put_u8(out_, kExtensionAck);
+    return true;
+  }
+  if (!mux_) return fail(std::string(op_spec(r.op).name) + " before MUX");
+  Mux& mux = *mux_;
+  const uint32_t tag = r.word;
+  if (r.op == Op::kCancelTagged) {
+    auto it = mux.waits.find(tag);
+    const bool parked_now = it != mux.waits.end() && it->second->parked();
+    if (parked_now) {
+      state_.cancel_wait(*it->second);
+      mux.waits.erase(it);
+    }
+    wire::put_u8(out_, parked_now ? kMuxCancelled : kMuxNotParked);
+    return true;
+  }
+  if (mux.waits.count(tag) != 0) {
+    return fail("tag " + std::to_string(tag) + " of a wait that is still parked");
+  }
+  if (mux.waits.size() >= kMaxTaggedWaits) {
+    return fail("over " + std::to_string(kMaxTaggedWaits) + " tagged waits parked");
+  }
+  auto wait = std::make_unique<TaggedWait>(*this, tag);
+  bool released = false;
+  if (r.op == Op::kWaitTagged) {
+    released = state_.wait(r.keys, *wait);
+  } else {
+    switch (state_.barrier(r.keys[0], r.integer, *wait)) {
+      case StoreState::BarrierResult::kReleased:
+        released = true;
+        break;
+      case StoreState::BarrierResult::kWaiting:
+        break;
+      case StoreState::BarrierResult::kBadCounter:
+        return fail("BARRIER_TAGGED on a key whose value is not a 64-bit decimal integer");
+    }
+  }
+  if (released) {
+    mux.released.push_back(tag);
+  } else {
+    mux.waits.emplace(tag, std::move(wait));
+  }
+  return true;
+}
+
+}  // namespace ddprun::store
