@@ -187,6 +187,13 @@ const std::vector<Flag>& flag_table() {
                "their process group and hand it their state (spends a restart; anything else "
                "restarts the group as usual) (docs/recovery.md)",
        .group = "workers"},
+      {.name = "store_proxy",
+       .takes_value = false,
+       .apply = v::store_proxy,
+       .help = "in a job of several nodes, this node's workers reach the job's store through a "
+               "proxy in this agent (MASTER_ADDR=127.0.0.1) that sends their requests over one "
+               "connection and asks once what they ask alike (store/README.md)",
+       .group = "workers"},
       {.name = "memory_checkpoints",
        .metavar = "SIZE|N%|off",
        .default_value = "25%",

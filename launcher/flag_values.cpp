@@ -92,6 +92,10 @@ void in_process_recovery(LaunchConfig& c, const FlagValue& v) {
   c.in_process_recovery = on(v);
 }
 
+void store_proxy(LaunchConfig& c, const FlagValue& v) {
+  c.store_proxy = on(v);
+}
+
 void virtual_local_rank(LaunchConfig& c, const FlagValue& v) {
   c.virtual_local_rank = on(v);
 }

@@ -13,6 +13,7 @@ void version(LaunchConfig& c, const FlagValue& v);
 void standalone(LaunchConfig& c, const FlagValue& v);
 void virtual_local_rank(LaunchConfig& c, const FlagValue& v);
 void in_process_recovery(LaunchConfig& c, const FlagValue& v);
+void store_proxy(LaunchConfig& c, const FlagValue& v);
 void module(LaunchConfig& c, const FlagValue& v);
 void no_python(LaunchConfig& c, const FlagValue& v);
 void run_path(LaunchConfig& c, const FlagValue& v);

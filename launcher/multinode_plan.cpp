@@ -200,6 +200,7 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Launc
   s.min_nodes = c.min_nodes;
   s.max_nodes = c.max_nodes;
   s.max_restarts = c.max_restarts;
+  s.store_proxy = c.store_proxy;
   s.local_addr = c.local_addr;
   s.endpoint_host = lc.endpoint.host;
   s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;

@@ -68,6 +68,9 @@ struct RendezvousSettings {
   std::string local_addr;  // advertised address; empty = the host name
   int node_rank_hint = -1;
   int max_restarts = 0;  // this node's --max-restarts (the job uses the first node's)
+  // --store-proxy: this node's workers reach the round's workers' store through a proxy in
+  // this agent (store/proxy.hpp): MASTER_ADDR=127.0.0.1, MASTER_PORT=the proxy's port.
+  bool store_proxy = false;
 };
 
 }  // namespace ddprun::agent

@@ -12,6 +12,7 @@
 
 #include "agent/rendezvous/workers_store_peers.hpp"
 #include "store/client.hpp"
+#include "store/proxy.hpp"
 #include "store/server.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
@@ -94,6 +95,7 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
   if (store_broken_) throw RendezvousError("lost the rendezvous store at " + endpoint());
   if (!protocol_) co_await connect();
   // This node's workers' store for the round, ready before anyone can pick it as rank 0.
+  proxy_.reset();
   workers_store_.reset();
   try {
     store::ServerOptions opts;
@@ -136,6 +138,7 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
   watch_wake_.notify();
 
   RendezvousInfo info = info_for(f, protocol_->max_restarts());
+  if (s_.store_proxy) start_proxy(info);
   auto ms = std::chrono::duration_cast<Millis>(Clock::now() - started).count();
   sys::log_line("rendezvous round " + std::to_string(f.round) + " of job '" + s_.run_id + "' (" +
                 std::string(backend_name(s_.backend)) + ", " + endpoint() + ") " +
@@ -143,8 +146,29 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
                 std::to_string(info.group_rank) + " of " + std::to_string(info.group_world_size) +
                 " nodes, world size " + std::to_string(info.world_size) + ", master " +
                 sys::endpoint_text(info.master_addr, info.master_port) + ", restart count " +
-                std::to_string(info.restart_count) + " of " + std::to_string(info.max_restarts));
+                std::to_string(info.restart_count) + " of " + std::to_string(info.max_restarts) +
+                (proxy_ ? ", workers through this node's store proxy on " +
+                              sys::endpoint_text(info.master_addr, info.master_port)
+                        : std::string()));
   co_return info;
+}
+
+// --store-proxy: the round's workers' store behind a proxy on loopback, for this node's workers
+// only. If its link to the store breaks, the workers' store clients fail and so do the workers:
+// the usual failure path.
+void StoreRendezvous::start_proxy(RendezvousInfo& info) {
+  store::ProxyOptions po;
+  po.upstream_host = info.store_host;
+  po.upstream_port = static_cast<uint16_t>(info.store_port);
+  po.upstream.connect_timeout = s_.read_timeout;
+  po.log_prefix = "[ddprun store proxy]";
+  try {
+    proxy_ = std::make_unique<store::StoreProxy>(io_, po);
+  } catch (const std::system_error& e) {
+    throw RendezvousError(std::string("cannot start the store proxy: ") + e.what());
+  }
+  info.master_addr = "127.0.0.1";
+  info.master_port = proxy_->port();
 }
 
 // Before any worker starts: the workers' store takes connections from loopback and from the

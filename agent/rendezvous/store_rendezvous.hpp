@@ -36,6 +36,7 @@
 
 namespace ddprun::store {
 class Server;
+class StoreProxy;
 }  // namespace ddprun::store
 
 namespace ddprun::agent {
@@ -69,6 +70,7 @@ class StoreRendezvous final : public RendezvousHandler {
   std::string endpoint() const;
   std::string node_name(const std::string& id) const;
   void admit_members(const FormedRound& f);
+  void start_proxy(RendezvousInfo& info);
   boost::asio::awaitable<void> say_goodbye(Exit how);
 
   boost::asio::io_context& io_;
@@ -79,6 +81,7 @@ class StoreRendezvous final : public RendezvousHandler {
   std::unique_ptr<RendezvousStore> watch_;  // parked in WAIT on the round's change key
   std::unique_ptr<RoundProtocol> protocol_;
   std::unique_ptr<store::Server> workers_store_;  // this round's, on io_
+  std::unique_ptr<store::StoreProxy> proxy_;      // --store-proxy: this round's, on io_
   std::optional<FormedRound> formed_;             // the round this node is a member of
   std::optional<RoundChange> last_change_;        // how formed_ ended
   std::optional<RoundEnd> round_end_;

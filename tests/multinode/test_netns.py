@@ -41,12 +41,14 @@ def cluster(ddprun, tmp_path):
     c.close()
 
 
-def test_static_gloo_job_across_two_hosts(hosts, cluster, tmp_path):
+@pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "store-proxy"])
+def test_static_gloo_job_across_two_hosts(hosts, cluster, tmp_path, via_proxy):
     h = hosts(2)
     port = free_port()
     out = tmp_path / "result.json"
     flags = lambda r: ["--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
-                       f"--master_addr={h.addr(0)}", f"--master_port={port}"]
+                       f"--master_addr={h.addr(0)}", f"--master_port={port}",
+                       *(["--store-proxy"] if via_proxy else [])]
     # Gloo finds its own address from the host name (the same in every namespace, and on
     # loopback here); real hosts resolve theirs, namespaces name the interface.
     env = clean_env(GLOO_SOCKET_IFNAME="eth0")
@@ -57,6 +59,9 @@ def test_static_gloo_job_across_two_hosts(hosts, cluster, tmp_path):
     result = json.loads(out.read_text())
     assert result["world_size"] == 4
     assert result["rank_sum"] == 10.0
+    # With --store-proxy each node's workers reached the store through their own agent.
+    for p in nodes:
+        assert ("workers through this node's store proxy on 127.0.0.1:" in p.log()) == via_proxy
 
 
 def test_vanished_host_is_noticed_by_keep_alive(hosts, cluster, tmp_path, ddpstore):
