@@ -226,6 +226,8 @@ void StoreProxy::Impl::issue(LocalClient& c, Request& r) {
       return join(kAdd, r.keys[0], c, r);
     case Op::kGet:
       return join(kGet, r.keys[0], c, r);
+    case Op::kSet:
+      return join(kSet, std::string(), c, r);
     case Op::kMultiGet:
       if (r.keys.empty()) return c.owe()->fill({});
       return pass_through(c, r);
@@ -258,9 +260,13 @@ void StoreProxy::Impl::join(Kind kind, std::string lane_key, LocalClient& c, Req
   Lane& lane = lanes_[kind][lane_key];
   if (!lane.next) {
     lane.next = std::make_shared<Group>();
-    lane.next->keys = r.keys;
+    if (kind != kSet) lane.next->keys = r.keys;
   }
-  Member m{c.owe(), c.weak_from_this(), r.integer};
+  if (kind == kSet) {
+    lane.next->keys.push_back(std::move(r.keys[0]));
+    lane.next->values.push_back(std::move(r.values[0]));
+  }
+  Member m{kind == kSet ? nullptr : c.owe(), c.weak_from_this(), r.integer};
   if (kind == kWait) {
     c.pending_wait() =
         LocalClient::PendingWait{m.slot, [self = weak_from_this(), lane_key, slot = m.slot] {
@@ -349,7 +355,15 @@ void StoreProxy::Impl::flush() {
   while (!dirty_.empty()) {
     std::vector<std::pair<Kind, std::string>> lanes;
     lanes.swap(dirty_);
-    for (const auto& [kind, lane] : lanes) emit(kind, lane);
+    std::vector<std::pair<std::string, std::shared_ptr<Group>>> gets;
+    for (const auto& [kind, lane] : lanes) {
+      if (kind != kGet) {
+        emit(kind, lane);
+      } else if (auto group = take_next(kGet, lane)) {
+        gets.emplace_back(lane, std::move(group));
+      }
+    }
+    if (!gets.empty()) emit_gets(std::move(gets));
   }
   upstream_->flush();
 }

@@ -30,7 +30,9 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
   std::function<void(const std::string&)> lost_callback;
 
  private:
-  enum Kind { kAdd, kGet, kWait, kKinds };
+  // SETs gather in one lane (""), sent as one MULTI_SET; GET groups sent in one turn go as one
+  // MULTI_GET.
+  enum Kind { kAdd, kGet, kWait, kSet, kKinds };
   struct Member {
     std::shared_ptr<proxy::Slot> slot;
     std::weak_ptr<proxy::LocalClient> client;
@@ -38,7 +40,9 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
   };
   struct Group {
     std::vector<Member> members;
-    std::vector<std::string> keys;  // as the first member asked (all members ask the same)
+    std::vector<std::string> keys;    // as the first member asked (all members ask the same);
+                                      // kSet: each member's key
+    std::vector<std::string> values;  // kSet: each member's value
   };
   struct Lane {
     std::shared_ptr<Group> in_flight;  // sent, not answered
@@ -59,6 +63,10 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
   void schedule_flush();
   void flush();
   void emit(Kind kind, const std::string& lane);
+  // The lane's gathered group, now in flight; null when it has none or one is in flight.
+  std::shared_ptr<Group> take_next(Kind kind, const std::string& lane);
+  void emit_gets(std::vector<std::pair<std::string, std::shared_ptr<Group>>> gets);
+  void unblock(const Group& group);
   void emit_add(const std::string& lane, const std::shared_ptr<Group>& group);
   void add_replied(const std::string& lane, const std::shared_ptr<Group>& group, int64_t sum,
                    std::string_view reply, bool failed);

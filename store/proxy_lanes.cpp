@@ -20,33 +20,50 @@ std::string i64_bytes(int64_t v) {
 
 }  // namespace
 
-void StoreProxy::Impl::emit(Kind kind, const std::string& lane_key) {
+std::shared_ptr<StoreProxy::Impl::Group> StoreProxy::Impl::take_next(Kind kind,
+                                                                     const std::string& lane_key) {
   auto it = lanes_[kind].find(lane_key);
-  if (it == lanes_[kind].end()) return;
+  if (it == lanes_[kind].end()) return nullptr;
   Lane& lane = it->second;
-  if (lane.in_flight || !lane.next) return;
-  std::shared_ptr<Group> group = std::move(lane.next);
-  lane.in_flight = group;
-  stats_.coalesced += group->members.size() - 1;
+  if (lane.in_flight || !lane.next) return nullptr;
+  lane.in_flight = std::move(lane.next);
+  stats_.coalesced += lane.in_flight->members.size() - 1;
+  return lane.in_flight;
+}
+
+void StoreProxy::Impl::unblock(const Group& group) {
+  for (const Member& m : group.members) {
+    if (auto c = m.client.lock()) c->unblock();
+  }
+}
+
+void StoreProxy::Impl::emit(Kind kind, const std::string& lane_key) {
+  std::shared_ptr<Group> group = take_next(kind, lane_key);
+  if (!group) return;
+  std::string frame;
   switch (kind) {
     case kAdd:
       emit_add(lane_key, group);
       return;  // its members wait for the reply
-    case kGet: {
-      std::string frame;
-      wire::put_u8(frame, torch2_opcode(Op::kGet));
-      wire::put_bytes(frame, lane_key);
-      upstream_->send(std::move(frame), Shape::kBytes, 0,
-                      [self = weak_from_this(), lane_key, group](std::string_view reply, bool) {
-                        for (const Member& m : group->members) m.slot->fill(reply);
-                        if (auto s = self.lock()) s->finished(kGet, lane_key, group);
-                      });
+    case kSet:
+      if (group->keys.size() == 1) {
+        wire::put_u8(frame, torch2_opcode(Op::kSet));
+        wire::put_bytes(frame, group->keys[0]);
+        wire::put_bytes(frame, group->values[0]);
+      } else {
+        wire::put_u8(frame, torch2_opcode(Op::kMultiSet));
+        wire::put_i64(frame, static_cast<int64_t>(group->keys.size()));
+        for (size_t i = 0; i < group->keys.size(); ++i) {
+          wire::put_bytes(frame, group->keys[i]);
+          wire::put_bytes(frame, group->values[i]);
+        }
+      }
+      upstream_->send(std::move(frame));
+      finished(kSet, lane_key, group);  // nothing to wait for
       break;
-    }
     case kWait: {
       const uint32_t tag = next_tag_++;
       tagged_[tag] = Tagged{lane_key, group};
-      std::string frame;
       wire::put_u8(frame, kWaitTaggedOpcode);
       wire::put_u32(frame, tag);
       wire::put_u64(frame, group->keys.size());
@@ -54,13 +71,39 @@ void StoreProxy::Impl::emit(Kind kind, const std::string& lane_key) {
       upstream_->send(std::move(frame));
       break;
     }
+    case kGet:  // emit_gets
     case kKinds:
       return;
   }
   // Sent: the members' later requests may go (the store sees them after this one).
-  for (const Member& m : group->members) {
-    if (auto c = m.client.lock()) c->unblock();
+  unblock(*group);
+}
+
+// The GET groups of one turn as one GET or MULTI_GET, each group answered from its value.
+void StoreProxy::Impl::emit_gets(std::vector<std::pair<std::string, std::shared_ptr<Group>>> gets) {
+  std::string frame;
+  if (gets.size() == 1) {
+    wire::put_u8(frame, torch2_opcode(Op::kGet));
+    wire::put_bytes(frame, gets[0].first);
+  } else {
+    wire::put_u8(frame, torch2_opcode(Op::kMultiGet));
+    wire::put_u64(frame, gets.size());
+    for (const auto& get : gets) wire::put_bytes(frame, get.first);
   }
+  const size_t count = gets.size();
+  upstream_->send(std::move(frame), count == 1 ? Shape::kBytes : Shape::kValues, count,
+                  [self = weak_from_this(), gets](std::string_view reply, bool) {
+                    size_t at = 0;
+                    for (const auto& [lane, group] : gets) {
+                      const size_t end =
+                          at + proxy::reply_length(Shape::kBytes, 0, reply.substr(at));
+                      for (const Member& m : group->members)
+                        m.slot->fill(reply.substr(at, end - at));
+                      at = end;
+                      if (auto s = self.lock()) s->finished(kGet, lane, group);
+                    }
+                  });
+  for (const auto& get : gets) unblock(*get.second);
 }
 
 // N ADDs as one ADD of their sum (as many as fit in an i64; the rest gather for the next).

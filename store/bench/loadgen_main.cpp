@@ -4,9 +4,12 @@
 //   store_loadgen --port P --scenario setget|hotadd|waitall|idle|storm [--conns N]
 //                 [--seconds S] [--dialect 1|2] [--threads T] [--idle N] [--server-pid PID]
 //                 [--host 127.0.0.1] [--drops 0|1] [--tag T] [--sources N]
+//                 [--ports-file F --per-port N] [--rank-offset R --world W]
 //
 // storm: the init storm of --conns ranks (storm.hpp); with --server-pid it also reports the
-// server's CPU seconds, its RSS before and after, and its peak RSS (VmHWM).
+// server's CPU seconds, its RSS before and after, and its peak RSS (VmHWM). With --ports-file
+// (the ports store_proxy_host wrote) each group of --per-port clients connects to its own proxy;
+// --rank-offset and --world split one storm over several generator processes.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -18,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "store/bench/load_conn.hpp"
 #include "store/bench/storm.hpp"
@@ -38,7 +42,11 @@ struct Options {
   size_t idle = 0;     // setget: extra connections held open (and never used) meanwhile
   bool drops = false;  // storm: a tenth of the clients vanish mid-handshake and mid-WAIT
   std::string tag = "0";
-  size_t sources = 1;  // storm: source addresses 127.0.0.1.. (beyond 28k ports per source)
+  size_t sources = 1;           // storm: source addresses 127.0.0.1.. (beyond 28k ports per source)
+  std::vector<uint16_t> ports;  // storm: through proxies (--ports-file)
+  size_t per_port = 8;
+  size_t rank_offset = 0;
+  size_t world = 0;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -74,10 +82,22 @@ Options parse(int argc, char** argv) {
       o.tag = value;
     else if (flag == "--sources")
       o.sources = std::max<size_t>(1, std::stoul(value));
+    else if (flag == "--ports-file") {
+      std::ifstream in(value);
+      for (unsigned p = 0; in >> p;) o.ports.push_back(static_cast<uint16_t>(p));
+      if (o.ports.empty()) usage("no ports in " + value);
+    } else if (flag == "--per-port")
+      o.per_port = std::max<size_t>(1, std::stoul(value));
+    else if (flag == "--rank-offset")
+      o.rank_offset = std::stoul(value);
+    else if (flag == "--world")
+      o.world = std::stoul(value);
     else
       usage("unknown option " + flag);
   }
-  if (o.port == 0 || o.scenario.empty()) usage("--port and --scenario are required");
+  if ((o.port == 0 && o.ports.empty()) || o.scenario.empty()) {
+    usage("--port (or --ports-file) and --scenario are required");
+  }
   return o;
 }
 
@@ -300,6 +320,10 @@ void run_storm_scenario(const Options& o) {
   so.drops = o.drops;
   so.tag = o.tag;
   so.source_addresses = o.sources;
+  so.ports = o.ports;
+  so.per_port = o.per_port;
+  so.rank_offset = o.rank_offset;
+  so.world = o.world;
   const long rss_before = o.server_pid > 0 ? vm_rss_kb(o.server_pid) : -1;
   const double cpu_before = o.server_pid > 0 ? cpu_seconds(o.server_pid) : 0;
   StormResult r = run_storm(so);

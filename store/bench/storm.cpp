@@ -54,6 +54,7 @@ class Storm {
   explicit Storm(const StormOptions& o) : o_(o) {
     const size_t intruders = o.drops ? o.clients / 10 : 0;
     ranks_ = o.clients - intruders;
+    world_ = o.world > 0 ? o.world : ranks_;
     std::string prefix = "storm/" + o.tag + "/";
     init_key_ = prefix + "init";
     barrier_key_ = prefix + "barrier";
@@ -72,7 +73,7 @@ class Storm {
     }
     // Ranks are dense over the non-intruders.
     size_t intruders_before = o_.drops ? std::min(i / 10, o_.clients / 10) : 0;
-    c.rank = static_cast<uint32_t>(i - intruders_before);
+    c.rank = static_cast<uint32_t>(o_.rank_offset + i - intruders_before);
   }
 
   void run_thread(size_t t, Clock::time_point start, Clock::time_point deadline) {
@@ -164,7 +165,9 @@ class Storm {
     }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(o_.port);
+    addr.sin_port = htons(
+        o_.ports.empty() ? o_.port
+                         : o_.ports[std::min(global_index / o_.per_port, o_.ports.size() - 1)]);
     ::inet_pton(AF_INET, o_.host.c_str(), &addr.sin_addr);
     int rc = ::connect(c.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     if (rc != 0 && errno != EINPROGRESS) return fail(c, errno == ECONNREFUSED);
@@ -235,7 +238,7 @@ class Storm {
       case Step::kJoin: {
         std::string req = frames_.set(addr_key(c.rank), addr_value(c.rank));
         std::vector<std::string> keys{addr_key(0)};
-        uint32_t next = static_cast<uint32_t>((c.rank + 1) % ranks_);
+        uint32_t next = static_cast<uint32_t>((c.rank + 1) % world_);
         if (next != 0) keys.push_back(addr_key(next));
         req += frames_.wait(keys);
         expect(c, Step::kWaitAddrs, 1);
@@ -243,12 +246,12 @@ class Storm {
       }
       case Step::kWaitAddrs: {
         if (in[0] != static_cast<char>(kStopWaiting)) return fail(c, false);
-        uint32_t next = static_cast<uint32_t>((c.rank + 1) % ranks_);
+        uint32_t next = static_cast<uint32_t>((c.rank + 1) % world_);
         expect(c, Step::kGets, 2 * (8 + kValueSize));
         return send(c, frames_.get(addr_key(0)) + frames_.get(addr_key(next)));
       }
       case Step::kGets: {
-        uint32_t next = static_cast<uint32_t>((c.rank + 1) % ranks_);
+        uint32_t next = static_cast<uint32_t>((c.rank + 1) % world_);
         if (in.compare(8, kValueSize, addr_value(0)) != 0 ||
             in.compare(16 + kValueSize, kValueSize, addr_value(next)) != 0) {
           return fail(c, false);
@@ -258,7 +261,7 @@ class Storm {
       }
       case Step::kBarrier: {
         auto count = static_cast<size_t>(wire::load_le(in.data(), 8));
-        std::string req = count == ranks_ ? frames_.set(done_key_, "1") : std::string();
+        std::string req = count == world_ ? frames_.set(done_key_, "1") : std::string();
         expect(c, Step::kRelease, 1);
         return send(c, req + frames_.wait(done_key_));
       }
@@ -318,6 +321,7 @@ class Storm {
   StormOptions o_;
   Frames frames_{o_.dialect};
   size_t ranks_ = 0;
+  size_t world_ = 0;  // ranks of the whole job (several generators may share it)
   std::string init_key_, barrier_key_, done_key_, never_key_;
   std::atomic<size_t> completed_{0};
   std::atomic<size_t> resets_{0};

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "store/protocol.hpp"
 
@@ -29,6 +30,14 @@ struct StormOptions {
   std::string tag = "0";        // names this storm's barrier, so storms can repeat on one server
   double timeout_s = 120;       // the whole storm
   size_t source_addresses = 1;  // spread clients over 127.0.0.1..N (ports beyond 28k per source)
+  // Through store proxies: client i of this generator connects to ports[i / per_port] (on
+  // `host`) instead of `port`, as a node's ranks reach their own agent's proxy.
+  std::vector<uint16_t> ports;
+  size_t per_port = 8;
+  // A storm spread over several generator processes: this one's ranks start at rank_offset, and
+  // the job has `world` ranks in all (0: just this generator's).
+  size_t rank_offset = 0;
+  size_t world = 0;
 };
 
 struct StormResult {
