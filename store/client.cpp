@@ -10,8 +10,8 @@
 #include "store/auth.hpp"
 #include "store/client_frames.hpp"
 #include "store/socket_io.hpp"
-#include "store/wire.hpp"
 #include "store/sys/fd.hpp"
+#include "store/wire.hpp"
 
 namespace ddprun::store {
 namespace {

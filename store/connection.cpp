@@ -27,7 +27,8 @@ Connection::Connection(std::shared_ptr<detail::ServerCore> core, sys::UniqueFd f
     : core_(std::move(core)),
       fd_(std::move(fd)),
       peer_(peer),
-      session_(core_->state, core_->options.limits, *this, core_->options.token, &core_->budget) {
+      session_(std::make_unique<Session>(core_->state, core_->options.limits, listener(),
+                                         core_->options.token, &core_->budget)) {
   core_->add(*this);
 }
 
@@ -44,7 +45,7 @@ void Connection::start() {
     return;  // nothing holds the connection: it ends with the caller's reference
   }
   self_ = shared_from_this();
-  if (session_.authenticating()) arm_auth_deadline();
+  if (session_->authenticating()) arm_auth_deadline();
   // The client may have sent its first request before the accept: read at once.
   on_readable();
 }
@@ -54,7 +55,7 @@ void Connection::arm_auth_deadline() {
   auth_timer_ = std::make_unique<asio::steady_timer>(core_->io);
   auth_timer_->expires_after(core_->options.auth_timeout);
   auth_timer_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->closed_ || !self->session_.authenticating()) return;
+    if (ec || self->closed_ || !self->session_->authenticating()) return;
     self->refuse("no token");
   });
 }
@@ -87,25 +88,25 @@ void Connection::on_readable() {
   size_t total = 0;
   char* buffer = core_->scratch.get();
   while (!closed_) {
-    if (session_.paused()) {
+    if (session_->paused()) {
       // A reply did not fit: nothing more is read until it does.
-      const uint64_t handled = session_.requests_handled();
+      const uint64_t handled = session_->requests_handled();
       if (!resume()) break;
-      if (!session_.paused()) continue;  // the socket may hold more: read on
+      if (!session_->paused()) continue;  // the socket may hold more: read on
       // Its own replies went out whole: room again here, try once more.
-      if (session_.output().empty() && session_.requests_handled() != handled) continue;
+      if (session_->output().empty() && session_->requests_handled() != handled) continue;
       read_paused_ = true;
       // Else what resumes it: the socket's "writable" edge (it is full), the release of the
       // WAIT that holds replies back (ServerCore::flush_deferred), or, with nothing queued
       // here, budget that other connections give back.
-      if (session_.output().empty() && !session_.waiting()) core_->wait_for_budget(*this);
+      if (session_->output().empty() && !session_->waiting()) core_->wait_for_budget(*this);
       return;
     }
     const ssize_t n = ::recv(fd_.get(), buffer, core_->kScratchSize, 0);
     if (n > 0) {
       if (!consume(buffer, static_cast<size_t>(n))) break;
       flush();
-      if (session_.paused()) continue;
+      if (session_->paused()) continue;
       if (static_cast<size_t>(n) < core_->kScratchSize && !peer_shut_) return;  // emptied
       total += static_cast<size_t>(n);
       if (total >= kMaxBurst) {  // others get a turn before this client's next megabyte
@@ -130,34 +131,63 @@ void Connection::on_readable() {
 void Connection::finish() {
   if (finished_) return;
   finished_ = true;
-  if (session_.challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
+  if (session_->challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
   if (!closed_) shut();
-  session_.discard_output();  // its budget goes to the connections that wait for it
+  if (session_->mux_id() != 0 && !core_->closed) {
+    // A proxy's multiplexed session waits for its proxy to come back (PROTOCOL.md, "Resuming
+    // a multiplexed connection"); an empty one stands in here until the object goes.
+    core_->park(std::move(session_));
+    session_ = std::make_unique<Session>(core_->state, core_->options.limits, listener(),
+                                         core_->options.token, &core_->budget);
+  }
+  session_->discard_output();  // its budget goes to the connections that wait for it
   core_->wake_budget_waiters();
-  session_.fire_will();  // after the close: the will's waiters may be anywhere but here
+  session_->fire_will();  // after the close: the will's waiters may be anywhere but here
   // The handler that called this may still use the object: release it after that handler.
   if (self_) asio::post(core_->io, [self = std::move(self_)] {});
 }
 
 bool Connection::consume(const char* data, size_t size) {
   try {
-    if (session_.feed(std::string_view(data, size))) return true;
-    drop(session_.error());
+    if (session_->feed(std::string_view(data, size))) {
+      if (auto resume = session_->take_resume_request()) return adopt(std::move(*resume));
+      return true;
+    }
+    drop(session_->error());
   } catch (const std::exception& e) {  // e.g. bad_alloc on a huge multi-key request
     drop(std::string("internal error: ") + e.what());
   }
   return false;
 }
 
+bool Connection::adopt(Session::ResumeRequest request) {
+  flush();  // the hello's PING echo, before the resumed stream
+  if (closed_) return false;
+  std::unique_ptr<Session> parked = core_->unpark(request.id);
+  if (!parked) {
+    drop("MUX resumes session " + std::to_string(request.id) +
+         ", which this store does not have (expired, or never made)");
+    return false;
+  }
+  if (!parked->attach(listener(), request.received)) {
+    drop("MUX resumes session " + std::to_string(request.id) + " from stream position " +
+         std::to_string(request.received) + ", which it cannot resume from");
+    return false;
+  }
+  session_ = std::move(parked);
+  if (request.rest.empty()) return true;
+  return consume(request.rest.data(), request.rest.size());
+}
+
 bool Connection::resume() {
   flush();  // what fits in the socket leaves first, making room
   if (closed_) return false;
   try {
-    if (session_.resume()) {
+    if (session_->resume()) {
       flush();
       return !closed_;
     }
-    drop(session_.error());
+    drop(session_->error());
   } catch (const std::exception& e) {
     drop(std::string("internal error: ") + e.what());
   }
@@ -167,12 +197,12 @@ bool Connection::resume() {
 // A full socket raises a "writable" edge once it drains, which sends the rest.
 int Connection::send_queued() {
   while (!closed_) {
-    std::string_view out = session_.output();
+    std::string_view out = session_->output();
     if (out.empty()) return 0;
     const ssize_t n = ::send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL);
     if (n >= 0) {
       if (n > 0) last_sent_ = std::chrono::steady_clock::now();
-      session_.consume_output(static_cast<size_t>(n));
+      session_->consume_output(static_cast<size_t>(n));
       continue;
     }
     if (errno == EINTR) continue;
@@ -197,13 +227,13 @@ void Connection::on_keep_alive(int64_t interval_ms, uint32_t probes) {
 }
 
 void Connection::drop(const std::string& reason) {
-  if (const char* why = session_.refused()) {
+  if (const char* why = session_->refused()) {
     // What the session queued goes out (kAuthRequiredWord for a PING: a client without a
     // token learns why), after the log line.
     return refuse(why, true);
   }
   sys::log_line(core_->options.log_prefix, "closing connection from " + peer() + " (" +
-                                               dialect_name(session_.dialect()) + "): " + reason);
+                                               dialect_name(session_->dialect()) + "): " + reason);
   close();
 }
 

@@ -57,10 +57,13 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   // Closes the socket and leaves the Poller (no event reaches this connection after it).
   void shut();
   bool consume(const char* data, size_t size);
+  // MUX asked to resume a detached session: this connection takes it over.
+  bool adopt(Session::ResumeRequest request);
   // Sends what it can and lets the paused session try its request again; false when the
   // connection was closed.
   bool resume();
   void on_output() override { core_->defer_flush(*this); }
+  OutputListener& listener() { return *this; }
   void on_keep_alive(int64_t interval_ms, uint32_t probes) override;
   // Sends what the session has queued until it is sent or the socket is full. Returns 0, or
   // the errno of a failed send. Touches only this socket and this session's output, so a
@@ -77,8 +80,8 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   std::shared_ptr<detail::ServerCore> core_;
   sys::UniqueFd fd_;
   boost::asio::ip::tcp::endpoint peer_;
-  Session session_;
-  std::shared_ptr<Connection> self_;                       // from start() until finish()
+  std::unique_ptr<Session> session_;  // replaced when a MUX resumes a detached session
+  std::shared_ptr<Connection> self_;  // from start() until finish()
   std::unique_ptr<boost::asio::steady_timer> auth_timer_;  // only while authenticating
   detail::Poller::Token token_ = 0;
   Connection* prev_ = nullptr;

@@ -46,8 +46,8 @@ class FanOut {
   const std::function<void(size_t)>* item_ = nullptr;  // the job; guarded by mutex_
   size_t count_ = 0;
   std::atomic<size_t> next_{0};
-  size_t busy_ = 0;        // helpers still on the current job
-  uint64_t job_ = 0;       // bumped per job: wakes the helpers
+  size_t busy_ = 0;   // helpers still on the current job
+  uint64_t job_ = 0;  // bumped per job: wakes the helpers
   bool stopping_ = false;
 };
 

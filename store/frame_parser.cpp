@@ -87,7 +87,7 @@ size_t FrameParser::step_hello(const char* p, size_t n) {
 }
 
 void FrameParser::allow_only(std::initializer_list<Op> ops) {
-  static_assert(sizeof(allowed_) * 8 > static_cast<size_t>(Op::kCancelTagged));
+  static_assert(sizeof(allowed_) * 8 > static_cast<size_t>(Op::kMuxSync));
   allowed_ = 0;
   for (Op op : ops) allowed_ |= uint64_t{1} << static_cast<unsigned>(op);
 }
@@ -127,6 +127,8 @@ void FrameParser::start_field() {
       return begin_integer(IntRole::kBlobLength, 8);
     case Field::kI64:
       return begin_integer(IntRole::kI64, 8);
+    case Field::kI64Second:
+      return begin_integer(IntRole::kI64Second, 8);
     case Field::kU32:
       return begin_integer(IntRole::kU32, 4);
     case Field::kKeys:
@@ -184,6 +186,9 @@ void FrameParser::on_integer() {
       return begin_bytes(&request_.values.emplace_back(), v);
     case IntRole::kI64:
       request_.integer = static_cast<int64_t>(v);
+      return next_item();
+    case IntRole::kI64Second:
+      request_.integer2 = static_cast<int64_t>(v);
       return next_item();
     case IntRole::kU32:
       request_.word = static_cast<uint32_t>(v);

@@ -51,6 +51,7 @@ class FrameParser {
     kValueLength,
     kBlobLength,
     kI64,
+    kI64Second,
     kU32,
     kKeyCount,
     kPairCount

@@ -76,7 +76,7 @@ TEST(PollerTest, EventsReachTheHandlerUntilRemovedAndAReusedSlotIsNotConfused) {
   Poller::Token t2 = poller.add(b.ours.get(), second);
   ASSERT_NE(t2, 0u);
   EXPECT_EQ(static_cast<uint32_t>(t2), static_cast<uint32_t>(t1));  // same slot
-  EXPECT_NE(t2, t1);                                                 // new generation
+  EXPECT_NE(t2, t1);                                                // new generation
   a.poke();  // still registered with epoll, but removed: dropped
   b.poke();
   spin(io, 100ms);

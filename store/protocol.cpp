@@ -34,10 +34,11 @@ constexpr OpSpec kSpecs[] = {
     {Op::kKeepAlive, "KEEP_ALIVE", 2, {F::kI64, F::kU32}},
     {Op::kAuth, "AUTH", 1, {F::kAuthBlob}},
     {Op::kAuthProof, "AUTH_PROOF", 1, {F::kAuthBlob}},
-    {Op::kMux, "MUX", 0, {}},
+    {Op::kMux, "MUX", 2, {F::kI64, F::kI64Second}},
     {Op::kWaitTagged, "WAIT_TAGGED", 2, {F::kU32, F::kKeys}},
     {Op::kBarrierTagged, "BARRIER_TAGGED", 3, {F::kU32, F::kKey, F::kI64}},
     {Op::kCancelTagged, "CANCEL_TAGGED", 1, {F::kU32}},
+    {Op::kMuxSync, "MUX_SYNC", 1, {F::kI64}},
 };
 constexpr size_t kOpCount = sizeof(kSpecs) / sizeof(kSpecs[0]);
 
@@ -87,6 +88,7 @@ const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode) {
       if (opcode == kWaitTaggedOpcode) return &op_spec(Op::kWaitTagged);
       if (opcode == kBarrierTaggedOpcode) return &op_spec(Op::kBarrierTagged);
       if (opcode == kCancelTaggedOpcode) return &op_spec(Op::kCancelTagged);
+      if (opcode == kMuxSyncOpcode) return &op_spec(Op::kMuxSync);
       return nullptr;
     case Dialect::kUnknown:
       break;
@@ -107,6 +109,7 @@ uint8_t torch2_opcode(Op op) {
   if (op == Op::kWaitTagged) return kWaitTaggedOpcode;
   if (op == Op::kBarrierTagged) return kBarrierTaggedOpcode;
   if (op == Op::kCancelTagged) return kCancelTaggedOpcode;
+  if (op == Op::kMuxSync) return kMuxSyncOpcode;
   int code = find_opcode(kTorch2Ops, op);
   if (code < 0) throw std::invalid_argument(std::string(op_spec(op).name) + " is not a 2.x op");
   return static_cast<uint8_t>(code);

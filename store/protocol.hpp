@@ -51,10 +51,12 @@ enum class Op : uint8_t {
   kAuth,       // auth client nonce -> u8 kAuthOpen, or kAuthChallenge + server nonce + proof
   kAuthProof,  // auth client proof -> u8 kExtensionAck (a wrong proof: the connection closes)
   // The proxy's multiplexed connection (PROTOCOL.md, "Multiplexed connections"):
-  kMux,            // -> u8 kExtensionAck; from then on every reply is framed (kMuxReply...)
+  kMux,            // i64 session, i64 received -> u8 kExtensionAck, i64 session, i64 consumed;
+                   // from then on every reply is framed (kMuxReply...)
   kWaitTagged,     // u32 tag, keys -> later a kMuxRelease frame with the tag
   kBarrierTagged,  // u32 tag, key, i64 world size -> later a kMuxRelease frame with the tag
   kCancelTagged,   // u32 tag -> u8: kMuxCancelled if it was parked, kMuxNotParked if not
+  kMuxSync,        // i64 received -> i64 consumed (the stream positions, for resuming)
 };
 
 // Field layout of a request after its opcode byte.
@@ -62,6 +64,7 @@ enum class Field : uint8_t {
   kKey,        // u64 length + bytes, length <= Limits::max_key
   kValue,      // u64 length + bytes, length <= Limits::max_value
   kI64,        // 8 bytes little-endian
+  kI64Second,  // 8 bytes little-endian, a request's second integer (Request::integer2)
   kU32,        // 4 bytes little-endian
   kKeys,       // u64 n (<= max_keys), then n keys
   kKeyValues,  // i64 n (<= max_keys), then n (key, value) pairs
@@ -110,6 +113,7 @@ inline constexpr uint8_t kMuxOpcode = 0x44;
 inline constexpr uint8_t kWaitTaggedOpcode = 0x45;
 inline constexpr uint8_t kBarrierTaggedOpcode = 0x46;
 inline constexpr uint8_t kCancelTaggedOpcode = 0x47;
+inline constexpr uint8_t kMuxSyncOpcode = 0x48;
 inline constexpr uint8_t kMuxReply = 0x00;
 inline constexpr uint8_t kMuxRelease = 0x01;
 // An ADD (or BARRIER_TAGGED) the store refuses (a value that is not a decimal integer, an
@@ -149,6 +153,7 @@ struct Request {
   std::vector<std::string> keys;
   std::vector<std::string> values;
   int64_t integer = 0;
+  int64_t integer2 = 0;  // MUX's second integer
   uint32_t word = 0;
 };
 

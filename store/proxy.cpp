@@ -50,6 +50,9 @@ std::string encode(const Request& r) {
       case Field::kI64:
         wire::put_i64(out, r.integer);
         break;
+      case Field::kI64Second:
+        wire::put_i64(out, r.integer2);
+        break;
       case Field::kU32:
         wire::put_u32(out, r.word);
         break;
@@ -123,6 +126,7 @@ ProxyStats StoreProxy::Impl::stats() const {
   ProxyStats s = stats_;
   s.upstream_requests = upstream_ ? upstream_->requests() : 0;
   s.upstream_connected = upstream_ && upstream_->connected();
+  s.resumes = upstream_ ? upstream_->resumes() : 0;
   return s;
 }
 

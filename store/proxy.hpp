@@ -22,8 +22,11 @@
 // connection ends. The proxy takes loopback clients only and has no token of its own; it
 // authenticates upstream with ClientOptions::token when the store has one.
 //
-// If the upstream connection breaks, every client connection is closed (as if the store had
-// gone) and `on_upstream_lost` is told.
+// If the upstream connection breaks, the proxy connects again and resumes its session on the
+// store (PROTOCOL.md, "Resuming a multiplexed connection"): clients notice nothing but the
+// delay, and no request is lost or applied twice. If it cannot (the store is gone or restarted,
+// or kept the session past ServerOptions::mux_resume_timeout), every client connection is
+// closed, as if the store had gone, and `on_upstream_lost` is told.
 //
 // Threads: a StoreProxy runs on the io_context it is given; construct, use and destroy it on that
 // io_context's thread. ProxyThread bundles one with its own thread.
@@ -57,6 +60,7 @@ struct ProxyStats {
   uint64_t client_requests = 0;    // requests received from clients
   uint64_t upstream_requests = 0;  // requests sent upstream (coalesced ones count once)
   uint64_t coalesced = 0;          // client requests answered by another's upstream request
+  uint64_t resumes = 0;            // times the upstream link broke and its session resumed
   bool upstream_connected = false;
 };
 

@@ -1,6 +1,7 @@
 // Upstream (proxy_upstream.hpp): the proxy's multiplexed connection to the job's store.
 #include "store/proxy_upstream.hpp"
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -12,6 +13,7 @@
 
 #include "store/async_client.hpp"
 #include "store/client_frames.hpp"
+#include "store/sys/log.hpp"
 #include "store/wire.hpp"
 
 namespace ddprun::store::proxy {
@@ -68,6 +70,15 @@ size_t reply_length(Shape shape, size_t count, std::string_view in) {
 Upstream::Upstream(asio::any_io_executor executor, const ProxyOptions& options, Handlers handlers)
     : executor_(executor), options_(options), handlers_(std::move(handlers)), socket_(executor) {}
 
+namespace {
+
+// Past these, the proxy asks the store what it has (MUX_SYNC), so neither side keeps more than
+// about this much for a resume.
+constexpr uint64_t kSyncReceived = 32 << 10;
+constexpr size_t kSyncSent = 256 << 10;
+
+}  // namespace
+
 void Upstream::start() {
   asio::co_spawn(executor_, connect(), [self = shared_from_this()](std::exception_ptr e) {
     if (!e) return;
@@ -86,13 +97,28 @@ asio::awaitable<void> Upstream::connect() {
   socket_ = client->release_socket();
   std::string mux;
   wire::put_u8(mux, kMuxOpcode);
+  wire::put_i64(mux, static_cast<int64_t>(session_));
+  wire::put_i64(mux, static_cast<int64_t>(in_total_));
   co_await asio::async_write(socket_, asio::buffer(mux), asio::use_awaitable);
-  uint8_t ack = 0;
-  co_await asio::async_read(socket_, asio::buffer(&ack, 1), asio::use_awaitable);
-  if (ack != kExtensionAck) throw std::runtime_error("the store did not accept MUX");
+  char ack[17];
+  co_await asio::async_read(socket_, asio::buffer(ack), asio::use_awaitable);
   if (closed_) co_return;
+  const auto id = wire::load_le(ack + 1, 8);
+  const uint64_t consumed = wire::load_le(ack + 9, 8);
+  if (static_cast<uint8_t>(ack[0]) != kExtensionAck || (session_ != 0 && id != session_)) {
+    throw std::runtime_error("the store did not accept MUX");
+  }
+  if (consumed < sent_base_ || consumed > sent_base_ + sent_.size()) {
+    throw std::runtime_error("the store resumed from a position this proxy never sent");
+  }
+  if (session_ != 0) ++resumes_;
+  session_ = id;
+  // What the store does not have goes again, then what was never written.
+  out_.insert(0, sent_, static_cast<size_t>(consumed - sent_base_));
+  sent_.clear();
+  sent_base_ = consumed;
   connected_ = true;
-  if (handlers_.connected) handlers_.connected();
+  if (resumes_ == 0 && handlers_.connected) handlers_.connected();
   read();
   flush();
 }
@@ -113,17 +139,43 @@ void Upstream::send(std::string frame) {
   out_ += frame;
 }
 
+void Upstream::sync_if_due() {
+  if (sync_pending_ || (in_total_ - synced_in_ < kSyncReceived && sent_.size() < kSyncSent)) {
+    return;
+  }
+  sync_pending_ = true;
+  synced_in_ = in_total_;
+  std::string frame;
+  wire::put_u8(frame, kMuxSyncOpcode);
+  wire::put_i64(frame, static_cast<int64_t>(in_total_));
+  out_ += frame;
+  expected_.push_back(Expected{Shape::kI64, 0, [this](std::string_view reply, bool) {
+                                 sync_pending_ = false;
+                                 const uint64_t consumed = wire::load_le(reply.data(), 8);
+                                 if (consumed <= sent_base_) return;
+                                 const size_t n = static_cast<size_t>(
+                                     std::min<uint64_t>(consumed - sent_base_, sent_.size()));
+                                 sent_.erase(0, n);
+                                 sent_base_ += n;
+                               }});
+}
+
 void Upstream::flush() {
-  if (!connected_ || closed_ || writing_now_ || out_.empty()) return;
+  if (!connected_ || closed_ || writing_now_) return;
+  sync_if_due();
+  if (out_.empty()) return;
   writing_now_ = true;
-  writing_.swap(out_);
-  asio::async_write(socket_, asio::buffer(writing_),
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                      self->writing_now_ = false;
-                      self->writing_.clear();
-                      if (ec) return self->fail("writing to the store: " + ec.message());
-                      self->flush();
-                    });
+  auto buffer = std::make_shared<std::string>(std::move(out_));
+  out_.clear();
+  sent_ += *buffer;
+  asio::async_write(
+      socket_, asio::buffer(*buffer),
+      [self = shared_from_this(), buffer, gen = generation_](boost::system::error_code ec, size_t) {
+        if (gen != self->generation_) return;  // that connection broke
+        self->writing_now_ = false;
+        if (ec) return self->broken("writing to the store: " + ec.message());
+        self->flush();
+      });
 }
 
 void Upstream::read() {
@@ -132,11 +184,13 @@ void Upstream::read() {
   in_.resize(have + kChunk);
   socket_.async_read_some(
       asio::buffer(in_.data() + have, kChunk),
-      [self = shared_from_this(), have](boost::system::error_code ec, size_t n) {
+      [self = shared_from_this(), have, gen = generation_](boost::system::error_code ec, size_t n) {
+        if (gen != self->generation_) return;
         self->in_.resize(have + n);
+        self->in_total_ += n;
         if (ec) {
-          return self->fail(ec == asio::error::eof ? "the store closed the connection"
-                                                   : "reading from the store: " + ec.message());
+          return self->broken(ec == asio::error::eof ? "the store closed the connection"
+                                                     : "reading from the store: " + ec.message());
         }
         if (!self->parse()) return;
         self->read();
@@ -191,6 +245,27 @@ void Upstream::fail(const std::string& why) {
   close();
   connected_ = false;
   if (handlers_.lost) handlers_.lost(why);
+}
+
+// The connection broke (a reset, the store's end closed, a network fault): a session the store
+// knows is resumed on a new connection; the first connection's loss is final.
+void Upstream::broken(const std::string& why) {
+  if (closed_) return;
+  if (session_ == 0) return fail(why);
+  ++generation_;
+  connected_ = false;
+  writing_now_ = false;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  sys::log_line(options_.log_prefix, "link to the store broke (" + why + "): resuming");
+  asio::co_spawn(executor_, connect(), [self = shared_from_this(), why](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& error) {
+      self->fail(why + "; resuming failed: " + error.what());
+    }
+  });
 }
 
 }  // namespace ddprun::store::proxy

@@ -1,7 +1,13 @@
 // The store proxy's one connection to the job's store (proxy.hpp), in multiplexed mode
 // (PROTOCOL.md, "Multiplexed connections"): requests are written as they come, batched into one
 // write per turn of the io_context; replies arrive framed, the ordered ones matched to the
-// requests in order, the releases of tagged waits by tag. Internal to store/.
+// requests in order, the releases of tagged waits by tag.
+//
+// When the connection breaks, it connects again and resumes its session on the store: it says
+// how much of the store's output it has, the store says how much of its requests it has, and
+// each side sends the rest. Requests are kept until the store confirms it has them (MUX_SYNC),
+// so nothing is lost or applied twice. Only when the session cannot be resumed (the store is
+// gone, restarted, or kept it past its resume timeout) is the link lost. Internal to store/.
 //
 // Threads: the io_context thread only.
 #pragma once
@@ -53,6 +59,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
 
   bool connected() const { return connected_; }
   uint64_t requests() const { return requests_; }
+  uint64_t resumes() const { return resumes_; }
 
  private:
   struct Expected {
@@ -60,22 +67,33 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
     size_t count;
     Reply reply;
   };
+  // Connects and opens (session 0) or resumes the session.
   boost::asio::awaitable<void> connect();
   void read();
-  bool parse();  // false: a malformed stream (the link is lost)
-  void fail(const std::string& why);
+  bool parse();                         // false: a malformed stream (the link is lost)
+  void fail(const std::string& why);    // the link is lost for good
+  void broken(const std::string& why);  // the connection broke: resume
+  void sync_if_due();
 
   boost::asio::any_io_executor executor_;
   ProxyOptions options_;
   Handlers handlers_;
   boost::asio::ip::tcp::socket socket_;
-  std::string out_;      // queued, not yet being written
-  std::string writing_;  // being written
-  std::string in_;       // received, not yet parsed
+  std::string out_;  // queued, not yet written
+  // Written, not yet confirmed by the store: request stream bytes from sent_base_ on.
+  std::string sent_;
+  uint64_t sent_base_ = 0;
+  std::string in_;          // received, not yet parsed
+  uint64_t in_total_ = 0;   // stream bytes received from the store
+  uint64_t synced_in_ = 0;  // in_total_ as the last MUX_SYNC told it
   std::deque<Expected> expected_;
+  uint64_t session_ = 0;     // the store's id of this proxy's session (0: none yet)
+  uint64_t generation_ = 0;  // bumped when a connection breaks: its handlers are stale
   uint64_t requests_ = 0;
+  uint64_t resumes_ = 0;
   bool connected_ = false;
   bool writing_now_ = false;
+  bool sync_pending_ = false;
   bool closed_ = false;
 };
 

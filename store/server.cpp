@@ -120,7 +120,7 @@ void ServerCore::flush_deferred() {
     c.flush_deferred_ = false;
     if (errors[i] != 0) {
       c.close();  // the peer is gone
-    } else if (c.read_paused_ && !c.session_.waiting()) {
+    } else if (c.read_paused_ && !c.session_->waiting()) {
       // Replies held behind its WAIT just went out: its paused request may fit now.
       asio::post(io, [self = batch[i]] {
         if (!self->closed_ && self->read_paused_) self->on_readable();
@@ -250,6 +250,39 @@ void ServerCore::close() {
   stall_timer.cancel();
   for (Connection* c = connections; c != nullptr; c = c->next_) c->close();
   poller.close();
+  for (auto& [id, d] : detached) d.timer->cancel();
+  detached.clear();
+}
+
+void ServerCore::park(std::unique_ptr<Session> session) {
+  const uint64_t id = session->mux_id();
+  session->detach(parked_listener);
+  Detached d{std::move(session), std::make_unique<asio::steady_timer>(io)};
+  d.timer->expires_after(options.mux_resume_timeout);
+  d.timer->async_wait([weak = weak_from_this(), id](const boost::system::error_code& ec) {
+    auto core = weak.lock();
+    if (ec || !core) return;
+    auto it = core->detached.find(id);
+    if (it == core->detached.end()) return;
+    std::unique_ptr<Session> gone = std::move(it->second.session);
+    core->detached.erase(it);
+    sys::log_line(core->options.log_prefix,
+                  "a store proxy's session was not resumed within " +
+                      std::to_string(core->options.mux_resume_timeout.count()) +
+                      " ms: dropped with its parked waits");
+    gone->discard_output();
+    gone->fire_will();
+  });
+  detached[id] = std::move(d);
+}
+
+std::unique_ptr<Session> ServerCore::unpark(uint64_t id) {
+  auto it = detached.find(id);
+  if (it == detached.end()) return nullptr;
+  std::unique_ptr<Session> session = std::move(it->second.session);
+  it->second.timer->cancel();
+  detached.erase(it);
+  return session;
 }
 
 }  // namespace detail

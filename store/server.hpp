@@ -53,6 +53,9 @@ struct ServerOptions {
   std::string token;
   // A connection to a store with a token that has not authenticated by then is refused.
   std::chrono::milliseconds auth_timeout{std::chrono::seconds(10)};
+  // A store proxy's multiplexed session outlives its connection this long, so the proxy can
+  // reconnect and resume it with nothing lost or done twice (PROTOCOL.md).
+  std::chrono::milliseconds mux_resume_timeout{std::chrono::seconds(60)};
 };
 
 namespace detail {

@@ -86,9 +86,9 @@ void ServerCore::close_stalled() {
   size_t closed_now = 0;
   size_t freed = 0;
   for (Connection* c = connections; c != nullptr; c = c->next_) {
-    if (c->closed_ || c->session_.charged() == 0 || c->session_.output().empty()) continue;
+    if (c->closed_ || c->session_->charged() == 0 || c->session_->output().empty()) continue;
     if (now - c->last_sent_ < options.reply_stall_timeout) continue;
-    freed += c->session_.charged();
+    freed += c->session_->charged();
     ++closed_now;
     c->close();  // its budget comes back when it finishes (Connection::finish)
   }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "store/fan_out.hpp"
@@ -19,6 +20,7 @@
 #include "store/poller.hpp"
 #include "store/refusal_log.hpp"
 #include "store/server.hpp"
+#include "store/session.hpp"
 #include "store/store_state.hpp"
 #include "store/sys/fd.hpp"
 
@@ -82,6 +84,10 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
   void arm_stall_check();
   void close_stalled();
   bool allowed(const boost::asio::ip::address& address) const;
+  // A proxy's multiplexed session whose connection ended waits here to be resumed, for
+  // ServerOptions::mux_resume_timeout (server.cpp).
+  void park(std::unique_ptr<Session> session);
+  std::unique_ptr<Session> unpark(uint64_t id);
   void set_allowed_peers(std::optional<std::vector<boost::asio::ip::address>> peers,
                          std::string reason);
 
@@ -109,6 +115,15 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
   boost::asio::steady_timer stall_timer{io};
   bool stall_check_armed = false;
   Connection* connections = nullptr;  // intrusive list of open connections
+  struct Parked final : OutputListener {
+    void on_output() override {}  // kept until the session is resumed
+  };
+  Parked parked_listener;
+  struct Detached {
+    std::unique_ptr<Session> session;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  std::unordered_map<uint64_t, Detached> detached;
   size_t connection_count = 0;
   bool closed = false;
 };

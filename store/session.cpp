@@ -28,7 +28,7 @@ constexpr const char* kMalformedAuth = "malformed AUTH";
 
 Session::Session(StoreState& state, const Limits& limits, OutputListener& listener,
                  std::string_view token, OutputBudget* budget)
-    : state_(state), parser_(limits), listener_(listener), token_(token), budget_(budget) {
+    : state_(state), parser_(limits), listener_(&listener), token_(token), budget_(budget) {
   if (token_.empty()) return;
   auth_ = Auth::kExpectAuth;
   parser_.allow_only({Op::kAuth, Op::kPing});
@@ -39,6 +39,7 @@ Session::~Session() {
 }
 
 bool Session::feed(std::string_view bytes) {
+  if (mux_ && mux_->streaming) mux_->in_bytes += bytes.size();
   return run(bytes);
 }
 
@@ -70,6 +71,14 @@ bool Session::run(std::string_view bytes) {
                     std::to_string(budget_->limit()) + " bytes");
     }
     if (!handle(request)) return false;
+    if (mux_ && !mux_->streaming) {
+      mux_->streaming = true;  // the stream starts after MUX: what follows it counts
+      mux_->in_bytes = bytes.size();
+    }
+    if (rare_ && rare_->resume) {
+      rare_->resume->rest.assign(bytes);  // the resumed session's bytes
+      return true;
+    }
     settle_budget();
     if (held_size() > kMaxHeld) {
       return fail("over " + std::to_string(kMaxHeld >> 20) +
@@ -172,6 +181,7 @@ size_t Session::reply_bytes(const Request& r) const {
 }
 
 void Session::consume_output(size_t n) {
+  if (mux_) mux_->sent_out(std::string_view(out_).substr(out_pos_, n));
   out_pos_ += n;
   if (out_pos_ < out_.size()) {
     settle_budget();
@@ -251,7 +261,7 @@ void Session::on_wake() {
   wire::put_u8(out_, kStopWaiting);
   release_held();
   settle_budget();
-  listener_.on_output();
+  listener_->on_output();
 }
 
 // Before a connection to a store with a token has authenticated: the parser lets only AUTH,

@@ -109,6 +109,25 @@ class Session final : private Waiter {
   // COMPARE_SET(key, expected, desired), waking waiters on the key).
   void fire_will();
 
+  // Resumable multiplexed sessions (PROTOCOL.md, "Resuming a multiplexed connection"). A mux
+  // session outlives its connection for a while (the server keeps it detached) and a new
+  // connection may take it over: nothing it was sent is lost or applied twice.
+  uint64_t mux_id() const;  // 0: not a multiplexed session
+  // After feed(): the client's MUX asked to resume session `id`; `rest` holds the bytes that
+  // came after it (they belong to that session). The connection then adopts it.
+  struct ResumeRequest {
+    uint64_t id = 0;
+    uint64_t received = 0;  // stream bytes the client has received from that session
+    std::string rest;
+  };
+  std::optional<ResumeRequest> take_resume_request();
+  // Moves this (detached) session to another connection's listener: its output becomes the
+  // MUX acknowledgement, then everything from the client's `received` on. False when the
+  // session cannot resume from there (the client claims bytes it was never sent, or bytes
+  // already dropped).
+  bool attach(OutputListener& listener, uint64_t received);
+  void detach(OutputListener& parked) { listener_ = &parked; }
+
  private:
   enum class Auth : uint8_t { kOpen, kExpectAuth, kChallenged, kDone };
 
@@ -141,7 +160,7 @@ class Session final : private Waiter {
 
   StoreState& state_;
   FrameParser parser_;
-  OutputListener& listener_;
+  OutputListener* listener_;  // the connection's; rebound when a mux session moves
   std::string out_;
   size_t out_pos_ = 0;
   // What few sessions need, or need for a moment, kept off the inline size of every idle
@@ -153,9 +172,10 @@ class Session final : private Waiter {
     std::string expected_proof;
     std::optional<Request> pending;  // paused before this request
     std::string pending_input;       // the bytes received after it
+    std::optional<ResumeRequest> resume;
     bool idle() const {
       return held.empty() && error.empty() && expected_proof.empty() && !pending &&
-             pending_input.empty();
+             pending_input.empty() && !resume;
     }
   };
   Rare& rare();

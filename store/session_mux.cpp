@@ -3,9 +3,11 @@
 // replies behind them, their release framed as kMuxRelease + tag between any two replies.
 #include "store/session_mux.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
+#include "store/sys/random.hpp"
 #include "store/wire.hpp"
 
 namespace ddprun::store {
@@ -35,7 +37,40 @@ void Session::TaggedWait::on_wake() {
   mux.finished.push_back(tag);
   if (mux.in_request) return;  // framed after the reply being built
   session.flush_releases();
-  session.listener_.on_output();
+  session.listener_->on_output();
+}
+
+uint64_t Session::mux_id() const {
+  return mux_ ? mux_->id : 0;
+}
+
+std::optional<Session::ResumeRequest> Session::take_resume_request() {
+  if (!rare_ || !rare_->resume) return std::nullopt;
+  std::optional<ResumeRequest> r = std::move(rare_->resume);
+  rare_->resume.reset();
+  if (rare_->idle()) rare_.reset();
+  return r;
+}
+
+bool Session::attach(OutputListener& listener, uint64_t received) {
+  if (!mux_ || mux_->id == 0) return false;
+  Mux& mux = *mux_;
+  if (received < mux.sent_base || received > mux.sent_base + mux.sent.size()) return false;
+  std::string out;
+  wire::put_u8(out, kExtensionAck);
+  wire::put_i64(out, static_cast<int64_t>(mux.id));
+  wire::put_i64(out, static_cast<int64_t>(mux.in_bytes));
+  const size_t header = out.size();
+  out.append(mux.sent, static_cast<size_t>(received - mux.sent_base));  // lost on the way
+  out.append(out_, out_pos_);                                           // not sent yet
+  out_ = std::move(out);
+  out_pos_ = 0;
+  mux.sent.clear();
+  mux.sent_base = received;
+  mux.skip = header;
+  listener_ = &listener;
+  settle_budget();
+  return true;
 }
 
 void Session::flush_releases() {
@@ -57,6 +92,9 @@ bool Session::handle_muxed(Request& request) {
     case Op::kCancelWait:
     case Op::kMux:
       return fail(std::string(op_spec(request.op).name) + " on a multiplexed connection");
+    case Op::kMuxSync:
+      wire::put_u8(out_, kMuxReply);
+      return handle_tagged(request);
     default:
       break;
   }
@@ -87,12 +125,34 @@ bool Session::handle_muxed(Request& request) {
 bool Session::handle_tagged(Request& r) {
   if (r.op == Op::kMux) {
     if (parked()) return fail("MUX while a WAIT is pending");
+    if (r.integer != 0) {  // resume that session: the connection adopts it after this feed
+      rare().resume = ResumeRequest{static_cast<uint64_t>(r.integer),
+                                    static_cast<uint64_t>(r.integer2), std::string()};
+      return true;
+    }
     mux_ = std::make_unique<Mux>();
+    do {
+      sys::random_bytes(reinterpret_cast<unsigned char*>(&mux_->id), sizeof mux_->id);
+    } while (mux_->id == 0 || static_cast<int64_t>(mux_->id) < 0);
     wire::put_u8(out_, kExtensionAck);
+    wire::put_i64(out_, static_cast<int64_t>(mux_->id));
+    wire::put_i64(out_, 0);
+    mux_->skip = out_.size() - out_pos_;  // replies so far and this ack are not stream
     return true;
   }
   if (!mux_) return fail(std::string(op_spec(r.op).name) + " before MUX");
   Mux& mux = *mux_;
+  if (r.op == Op::kMuxSync) {
+    const uint64_t received = static_cast<uint64_t>(r.integer);
+    if (received > mux.sent_base) {
+      const size_t n =
+          static_cast<size_t>(std::min<uint64_t>(received - mux.sent_base, mux.sent.size()));
+      mux.sent.erase(0, n);
+      mux.sent_base += n;
+    }
+    wire::put_i64(out_, static_cast<int64_t>(mux.in_bytes));
+    return true;
+  }
   const uint32_t tag = r.word;
   if (r.op == Op::kCancelTagged) {
     auto it = mux.waits.find(tag);

@@ -60,7 +60,7 @@ bool Session::dispatch(Request& request) {
         return fail("KEEP_ALIVE with interval " + std::to_string(request.integer) + " ms and " +
                     std::to_string(request.word) + " probes");
       }
-      listener_.on_keep_alive(request.integer, request.word);
+      listener_->on_keep_alive(request.integer, request.word);
       wire::put_u8(reply(), kExtensionAck);
       return true;
     case Op::kAuth:
@@ -74,6 +74,7 @@ bool Session::dispatch(Request& request) {
     case Op::kWaitTagged:
     case Op::kBarrierTagged:
     case Op::kCancelTagged:
+    case Op::kMuxSync:
       return handle_tagged(request);
     case Op::kSet:
     case Op::kCompareSet:

@@ -364,7 +364,11 @@ TEST(SessionMuxTest, TaggedWaitsDoNotHoldRepliesBack) {
   Peer proxy(state), other(state);
   proxy.send(torch2_hello());
   other.send(torch2_hello());
-  EXPECT_EQ(proxy.send(v2(Op::kMux)), std::string(1, '\x01'));
+  const std::string ack = proxy.send(v2(Op::kMux).i64(0).i64(0));
+  ASSERT_EQ(ack.size(), 17u);  // accepted, the new session's id, nothing consumed yet
+  EXPECT_EQ(ack[0], '\x01');
+  EXPECT_NE(proxy.session.mux_id(), 0u);
+  EXPECT_EQ(ack.substr(9), i64(0));
   EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(7).keys({"/a"})), "");
   EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(8).keys({"/a", "/b"})), "");
   EXPECT_EQ(proxy.send(v2(Op::kAdd).str("/n").i64(3)), framed(i64(3)));
@@ -390,7 +394,7 @@ TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
   Peer proxy(state), other(state);
   proxy.send(torch2_hello());
   other.send(torch2_hello());
-  proxy.send(v2(Op::kMux));
+  proxy.send(v2(Op::kMux).i64(0).i64(0));
   EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(1).keys({"/k"})), "");
   EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(1)), framed(std::string(1, '\x01')));
   EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(1)), framed(std::string(1, '\x00')));
@@ -408,9 +412,51 @@ TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
   EXPECT_FALSE(plain.session.feed(v2(Op::kWaitTagged).u32(1).keys({"/z"})));
   EXPECT_NE(plain.session.error().find("before MUX"), std::string::npos);
   Peer muxed(state);
-  muxed.send(torch2_hello() + std::string(v2(Op::kMux)));
+  muxed.send(torch2_hello() + std::string(v2(Op::kMux).i64(0).i64(0)));
   EXPECT_FALSE(muxed.session.feed(v2(Op::kWait).keys({"/z"})));
   EXPECT_NE(muxed.session.error().find("multiplexed"), std::string::npos);
+}
+
+// The streams' positions: MUX_SYNC says how much of the requests the store has and drops the
+// output the client has; a detached session resumes on another listener from the client's
+// position, re-sending what was lost on the way, once.
+TEST(SessionMuxTest, ResumesFromTheClientsPosition) {
+  StoreState state;
+  Peer proxy(state), other(state);
+  proxy.send(torch2_hello());
+  other.send(torch2_hello());
+  proxy.send(v2(Op::kMux).i64(0).i64(0));
+  const std::string adds =
+      std::string(v2(Op::kAdd).str("/n").i64(1)) + std::string(v2(Op::kAdd).str("/n").i64(1));
+  EXPECT_EQ(proxy.send(adds), framed(i64(1)) + framed(i64(2)));
+  const std::string sync = v2(Op::kMuxSync).i64(9);  // has the first reply (9 bytes)
+  EXPECT_EQ(proxy.send(sync), framed(i64(static_cast<int64_t>(adds.size() + sync.size()))));
+  EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(5).keys({"/w"})), "");
+  // The connection goes; the session lives on. A release while detached is kept.
+  Peer nobody(state);
+  proxy.session.detach(nobody);
+  other.send(v2(Op::kSet).str("/w").str("1"));
+  // The client has 9 bytes: the second ADD's reply, the SYNC's and the release come again.
+  Peer next(state);
+  ASSERT_TRUE(proxy.session.attach(next, 9));
+  const std::string again = proxy.take();
+  ASSERT_GE(again.size(), 17u);
+  EXPECT_EQ(again.substr(1, 8), i64(static_cast<int64_t>(proxy.session.mux_id())));
+  EXPECT_EQ(
+      again.substr(17),
+      framed(i64(2)) + framed(i64(static_cast<int64_t>(adds.size() + sync.size()))) + released(5));
+  EXPECT_FALSE(proxy.session.attach(next, 0));  // those bytes were dropped by the SYNC
+  // A new session asking to resume names its id: the connection takes it from there.
+  Peer fresh(state);
+  fresh.send(torch2_hello());
+  EXPECT_EQ(
+      fresh.send(std::string(v2(Op::kMux).i64(77).i64(3)) + std::string(v2(Op::kGet).str("/n"))),
+      "");
+  auto resume = fresh.session.take_resume_request();
+  ASSERT_TRUE(resume);
+  EXPECT_EQ(resume->id, 77u);
+  EXPECT_EQ(resume->received, 3u);
+  EXPECT_EQ(resume->rest, std::string(v2(Op::kGet).str("/n")));
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "store/sys/net.hpp"
 #include "store/sys/fd.hpp"
+#include "store/sys/net.hpp"
 
 namespace ddprun::store::socket_io {
 namespace {
@@ -36,7 +36,7 @@ Status wait_for(int fd, short events, Clock::time_point deadline) {
 }
 
 sys::UniqueFd try_address(const sys::ResolvedAddress& ai, Clock::time_point deadline,
-                     std::string* error) {
+                          std::string* error) {
   sys::UniqueFd fd(::socket(ai.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) {
     *error = std::strerror(errno);
@@ -67,7 +67,7 @@ sys::UniqueFd try_address(const sys::ResolvedAddress& ai, Clock::time_point dead
 }  // namespace
 
 sys::UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
-                     std::string* error) {
+                          std::string* error) {
   sys::UniqueFd fd;
   for (const auto& ai : sys::resolve(host, port, false, error)) {
     fd = try_address(ai, deadline, error);

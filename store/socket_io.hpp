@@ -17,7 +17,7 @@ enum class Status { kOk, kTimeout, kClosed, kError };
 // One connection attempt to every address of host:port, in order, until one succeeds or
 // the deadline passes. On failure returns an empty fd and sets *error.
 sys::UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
-                     std::string* error);
+                          std::string* error);
 Status send_all(int fd, const char* data, size_t size, Clock::time_point deadline);
 Status recv_exact(int fd, char* data, size_t size, Clock::time_point deadline);
 // Waits until the socket is readable (or closed) without consuming anything.
