@@ -165,6 +165,8 @@ bool Connection::adopt(Session::ResumeRequest request) {
   if (closed_) return false;
   std::unique_ptr<Session> parked = core_->unpark(request.id);
   if (!parked) {
+    const char unknown = static_cast<char>(kMuxUnknownSession);  // the proxy stops trying
+    (void)::send(fd_.get(), &unknown, 1, MSG_NOSIGNAL);
     drop("MUX resumes session " + std::to_string(request.id) +
          ", which this store does not have (expired, or never made)");
     return false;

@@ -123,6 +123,9 @@ inline constexpr uint8_t kMuxRelease = 0x01;
 inline constexpr uint8_t kMuxFailed = 0x02;
 inline constexpr uint8_t kMuxTagFailed = 0x03;
 inline constexpr uint8_t kMuxCancelled = 0x01;
+// MUX naming a session the store does not have (expired, or another store): this byte, then the
+// connection closes.
+inline constexpr uint8_t kMuxUnknownSession = 0x00;
 inline constexpr uint8_t kMuxNotParked = 0x00;
 // Tagged waits one mux connection may hold parked at once (one per distinct wait its proxy's
 // clients have open); more closes it.

@@ -22,6 +22,8 @@
 #include "store/raw_client_test_util.hpp"
 #include "store/server.hpp"
 #include "store/test_frames.hpp"
+#include "store/testing/linearizability.hpp"
+#include "store/testing/workload.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -293,6 +295,76 @@ TEST(StoreProxyTest, CutLinksResumeWithNothingLostOrDoubled) {
   EXPECT_GE(stats.resumes, 3u) << "cuts: " << relay.cuts();
   auto late = Client::connect("127.0.0.1", proxy.port());
   EXPECT_EQ(late->add("/counter", 1), kClients * kAdds + 1);
+}
+
+// Every history clients can observe through the proxy is one the store alone could have
+// produced (store/testing/linearizability.hpp): random SET/GET/ADD/COMPARE_SET/DELETE/CHECK/
+// WAIT (some timing out)/MULTI_GET/MULTI_SET/APPEND/queue operations by 4 clients on 3 keys,
+// through a proxy in front of a fresh store; the last seeds with the proxy's link cut every
+// 10 ms meanwhile.
+TEST(StoreProxyTest, HistoriesThroughTheProxyAreLinearizable) {
+  using namespace testing;
+  uint64_t coalesced = 0, resumes = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const bool cut = seed > 6;
+    ServerOptions so;
+    so.host = "127.0.0.1";
+    ServerThread server(so);
+    Relay relay(server.port());
+    ProxyOptions po;
+    po.upstream_host = "127.0.0.1";
+    po.upstream_port = relay.port();
+    po.upstream.connect_timeout = 10s;
+    ProxyThread proxy(po);
+    std::atomic<bool> done{false};
+    std::thread cutter([&] {
+      while (cut && !done) {
+        std::this_thread::sleep_for(10ms);
+        relay.cut();
+      }
+    });
+    WorkloadOptions wo;
+    wo.seed = seed;
+    History history;
+    try {
+      history = run_workload("127.0.0.1", proxy.port(), wo);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+    done = true;
+    cutter.join();
+    CheckOptions co;
+    co.max_states = 1'000'000;
+    const CheckResult result = check_linearizable(history, co);
+    EXPECT_TRUE(result.ok()) << result.explanation;
+    coalesced += proxy.stats().coalesced;
+    resumes += proxy.stats().resumes;
+  }
+  // The histories cover requests answered for several clients at once, and resumed links.
+  EXPECT_GT(coalesced, 0u);
+  EXPECT_GT(resumes, 0u);
+}
+
+// A store that restarted on the same port does not have the proxy's session: it says so, and
+// the proxy gives up at once instead of trying for its whole connect timeout.
+TEST(StoreProxyTest, ARestartedStoreEndsTheLinkAtOnce) {
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  auto server = std::make_unique<ServerThread>(so);
+  so.port = server->port();
+  ProxyOptions po;
+  po.upstream_host = "127.0.0.1";
+  po.upstream_port = server->port();
+  po.upstream.connect_timeout = 20s;
+  ProxyThread proxy(po);
+  auto c = Client::connect("127.0.0.1", proxy.port());
+  EXPECT_EQ(c->add("/n", 1), 1);
+  server.reset();
+  server = std::make_unique<ServerThread>(so);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_THROW(c->add("/n", 1), StoreError);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
 }
 
 TEST(StoreProxyTest, Torch1ClientAndCancelledWaits) {

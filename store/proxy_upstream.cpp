@@ -6,6 +6,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <stdexcept>
@@ -77,22 +78,30 @@ namespace {
 constexpr uint64_t kSyncReceived = 32 << 10;
 constexpr size_t kSyncSent = 256 << 10;
 
+// The store answered a resume with kMuxUnknownSession: trying again cannot help.
+struct SessionGone : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace
 
 void Upstream::start() {
-  asio::co_spawn(executor_, connect(), [self = shared_from_this()](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& error) {
-      self->fail(error.what());
-    }
-  });
+  asio::co_spawn(executor_, connect(options_.upstream.connect_timeout),
+                 [self = shared_from_this()](std::exception_ptr e) {
+                   if (!e) return;
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::exception& error) {
+                     self->fail(error.what());
+                   }
+                 });
 }
 
-asio::awaitable<void> Upstream::connect() {
+asio::awaitable<void> Upstream::connect(std::chrono::milliseconds budget) {
+  ClientOptions options = options_.upstream;
+  options.connect_timeout = budget;
   auto client = co_await AsyncClient::connect(executor_, options_.upstream_host,
-                                              options_.upstream_port, options_.upstream);
+                                              options_.upstream_port, options);
   if (closed_) co_return;
   socket_ = client->release_socket();
   std::string mux;
@@ -101,7 +110,11 @@ asio::awaitable<void> Upstream::connect() {
   wire::put_i64(mux, static_cast<int64_t>(in_total_));
   co_await asio::async_write(socket_, asio::buffer(mux), asio::use_awaitable);
   char ack[17];
-  co_await asio::async_read(socket_, asio::buffer(ack), asio::use_awaitable);
+  co_await asio::async_read(socket_, asio::buffer(ack, 1), asio::use_awaitable);
+  if (static_cast<uint8_t>(ack[0]) == kMuxUnknownSession) {
+    throw SessionGone("the store no longer has this proxy's session");
+  }
+  co_await asio::async_read(socket_, asio::buffer(ack + 1, 16), asio::use_awaitable);
   if (closed_) co_return;
   const auto id = wire::load_le(ack + 1, 8);
   const uint64_t consumed = wire::load_le(ack + 9, 8);
@@ -247,6 +260,32 @@ void Upstream::fail(const std::string& why) {
   if (handlers_.lost) handlers_.lost(why);
 }
 
+// Connects again and resumes, attempt after attempt (a connection may break during the resume
+// too), until the client's connect timeout has passed or the store says the session is gone.
+asio::awaitable<void> Upstream::resume() {
+  const auto deadline = std::chrono::steady_clock::now() + options_.upstream.connect_timeout;
+  asio::steady_timer pause(executor_);
+  for (auto backoff = std::chrono::milliseconds(10);;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) throw std::runtime_error("no resume within the connect timeout");
+    try {
+      co_await connect(left);
+      co_return;
+    } catch (const SessionGone&) {
+      throw;
+    } catch (const std::exception&) {
+      if (closed_ || std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    pause.expires_after(backoff);
+    co_await pause.async_wait(asio::use_awaitable);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    if (closed_) co_return;
+  }
+}
+
 // The connection broke (a reset, the store's end closed, a network fault): a session the store
 // knows is resumed on a new connection; the first connection's loss is final.
 void Upstream::broken(const std::string& why) {
@@ -258,7 +297,7 @@ void Upstream::broken(const std::string& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   sys::log_line(options_.log_prefix, "link to the store broke (" + why + "): resuming");
-  asio::co_spawn(executor_, connect(), [self = shared_from_this(), why](std::exception_ptr e) {
+  asio::co_spawn(executor_, resume(), [self = shared_from_this(), why](std::exception_ptr e) {
     if (!e) return;
     try {
       std::rethrow_exception(e);

@@ -15,6 +15,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -67,8 +68,9 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
     size_t count;
     Reply reply;
   };
-  // Connects and opens (session 0) or resumes the session.
-  boost::asio::awaitable<void> connect();
+  // Connects (retrying for `budget`) and opens (session 0) or resumes the session.
+  boost::asio::awaitable<void> connect(std::chrono::milliseconds budget);
+  boost::asio::awaitable<void> resume();
   void read();
   bool parse();                         // false: a malformed stream (the link is lost)
   void fail(const std::string& why);    // the link is lost for good
