@@ -188,11 +188,13 @@ const std::vector<Flag>& flag_table() {
                "restarts the group as usual) (docs/recovery.md)",
        .group = "workers"},
       {.name = "store_proxy",
-       .takes_value = false,
+       .metavar = "auto|on|off",
+       .default_value = "auto",
        .apply = v::store_proxy,
        .help = "in a job of several nodes, this node's workers reach the job's store through a "
                "proxy in this agent (MASTER_ADDR=127.0.0.1) that sends their requests over one "
-               "connection and asks once what they ask alike (store/README.md)",
+               "connection and asks once what they ask alike; auto: on when the job may have "
+               "32 nodes or more (store/README.md)",
        .group = "workers"},
       {.name = "memory_checkpoints",
        .metavar = "SIZE|N%|off",

@@ -93,7 +93,8 @@ void in_process_recovery(LaunchConfig& c, const FlagValue& v) {
 }
 
 void store_proxy(LaunchConfig& c, const FlagValue& v) {
-  c.store_proxy = on(v);
+  if (v.value != "auto" && v.value != "on" && v.value != "off") fail(v, "expected auto, on or off");
+  c.store_proxy = v.value;
 }
 
 void virtual_local_rank(LaunchConfig& c, const FlagValue& v) {

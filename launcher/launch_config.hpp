@@ -52,7 +52,7 @@ struct LaunchConfig {
   std::chrono::seconds shutdown_timeout{0};
   bool virtual_local_rank = false;
   bool in_process_recovery = false;       // --in-process-recovery (one node only)
-  bool store_proxy = false;               // --store-proxy (several nodes only)
+  std::string store_proxy = "auto";       // --store-proxy auto|on|off (several nodes only)
   std::string warm_start;                 // "auto", "on" or "off" (resolved by the plan)
   std::vector<std::string> warm_modules;  // imported by the warm-start zygote
   // --memory-checkpoints: the bound of the job's in-memory checkpoints, in bytes or as a

@@ -184,7 +184,7 @@ LaunchPlan make_launch_plan(const LaunchConfig& c, const GetEnv& getenv,
   s.duplicate_stderr_filters = c.duplicate_stderr_filters;
   s.virtual_local_rank = c.virtual_local_rank;
   s.in_process_recovery = c.in_process_recovery && plan.kind != LaunchKind::kMultiNode;
-  if (c.store_proxy && plan.kind != LaunchKind::kMultiNode) {
+  if (c.store_proxy == "on" && plan.kind != LaunchKind::kMultiNode) {
     plan.notices.push_back(
         "--store-proxy: one node's workers use the agent's store directly (the proxy is for "
         "jobs of several nodes)");

@@ -345,6 +345,30 @@ TEST_F(LaunchPlanTest, MultiNodeBindsTheEndpointAndTheLocalAddr) {
   EXPECT_EQ(st_v6.multi_node->workers_bind_host, "::");
 }
 
+// --store-proxy auto is on from 32 nodes (the MAX of --nnodes); on/off force it; one node's
+// workers always use the agent's store directly.
+TEST_F(LaunchPlanTest, StoreProxyByJobSize) {
+  auto proxied = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--rdzv_backend=c10d", "--rdzv_endpoint=10.0.0.1:29400"});
+    args.push_back("train");
+    return plan(args).multi_node->store_proxy;
+  };
+  EXPECT_FALSE(proxied({"--nnodes=2"}));
+  EXPECT_FALSE(proxied({"--nnodes=2:31"}));
+  EXPECT_TRUE(proxied({"--nnodes=2:32"}));
+  EXPECT_TRUE(proxied({"--nnodes=64"}));
+  EXPECT_TRUE(proxied({"--nnodes=2", "--store-proxy=on"}));
+  EXPECT_FALSE(proxied({"--nnodes=64", "--store-proxy", "off"}));
+  const LaunchPlan one = plan({"--standalone", "--store-proxy=on", "train"});
+  EXPECT_FALSE(one.multi_node);
+  EXPECT_NE(std::find_if(one.notices.begin(), one.notices.end(),
+                         [](const std::string& n) { return n.find("--store-proxy") == 0; }),
+            one.notices.end());
+  EXPECT_THROW(plan({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+                     "--store-proxy=sometimes", "train"}),
+               CliError);
+}
+
 TEST_F(LaunchPlanTest, LogDirThatIsAFile) {
   EXPECT_NE(error_of({"--log_dir", (dir_ / "script.py").string(), "train"}).find("is a file"),
             std::string::npos);

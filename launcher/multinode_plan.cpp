@@ -200,7 +200,10 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Launc
   s.min_nodes = c.min_nodes;
   s.max_nodes = c.max_nodes;
   s.max_restarts = c.max_restarts;
-  s.store_proxy = c.store_proxy;
+  // auto: where the store's load starts to matter (tests/bench/README.md, the proxy rows) and a
+  // script is least likely to use MASTER_ADDR to reach node 0 for its own purposes.
+  s.store_proxy =
+      c.store_proxy == "on" || (c.store_proxy == "auto" && c.max_nodes >= kStoreProxyNodes);
   s.local_addr = c.local_addr;
   s.endpoint_host = lc.endpoint.host;
   s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;

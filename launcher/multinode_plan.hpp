@@ -12,6 +12,9 @@
 
 namespace ddprun::launcher {
 
+// --store-proxy auto turns the proxy on for jobs that may have this many nodes or more.
+inline constexpr int kStoreProxyNodes = 32;
+
 // `lc` is classify_launch's (the flags are already validated there). Throws CliError on
 // a bad --rdzv-conf value; adds one-line notices (e.g. --rdzv-id none) to `notices`.
 agent::RendezvousSettings multi_node_settings(const LaunchConfig& config, const LaunchClass& lc,

@@ -48,7 +48,7 @@ def test_static_gloo_job_across_two_hosts(hosts, cluster, tmp_path, via_proxy):
     out = tmp_path / "result.json"
     flags = lambda r: ["--nnodes=2", f"--node_rank={r}", "--nproc_per_node=2",
                        f"--master_addr={h.addr(0)}", f"--master_port={port}",
-                       *(["--store-proxy"] if via_proxy else [])]
+                       "--store-proxy", "on" if via_proxy else "off"]
     # Gloo finds its own address from the host name (the same in every namespace, and on
     # loopback here); real hosts resolve theirs, namespaces name the interface.
     env = clean_env(GLOO_SOCKET_IFNAME="eth0")

@@ -24,9 +24,9 @@ def cluster(ddprun, tmp_path):
     c.close()
 
 
-def three_nodes(cluster, ddpstore, job, entry, *args, no_python=False):
+def three_nodes(cluster, ddpstore, job, entry, *args, no_python=False, store_proxy="off"):
     _, port = cluster.ddpstore(ddpstore)
-    flags = c10d_flags(f"127.0.0.1:{port}", "2:3", job)
+    flags = c10d_flags(f"127.0.0.1:{port}", "2:3", job) + ["--store-proxy", store_proxy]
     if no_python:
         flags.append("--no_python")
     # 127.0.0.2 sorts first: the first agent is node rank 0 and hosts the workers' store.
@@ -44,11 +44,15 @@ def check_survivors(agents):
                          r"node rank \d of 2 nodes", log), log
 
 
-def test_survivors_finish_a_gloo_job(cluster, tmp_path, ddpstore):
+@pytest.mark.parametrize("store_proxy", ["off", "on"])
+def test_survivors_finish_a_gloo_job(cluster, tmp_path, ddpstore, store_proxy):
+    # With the store proxy, the survivors' proxies lose the dead node's store with it and each
+    # agent makes a new one for round 1.
     d = tmp_path / "job"
     d.mkdir()
     agents = three_nodes(cluster, ddpstore, "gloo-death", worker("elastic_gloo.py"),
-                         "--dir", d, "--steps", "80", "--every", "5", "--delay", "0.05")
+                         "--dir", d, "--steps", "80", "--every", "5", "--delay", "0.05",
+                         store_proxy=store_proxy)
     wait_until(lambda: (d / "progress").exists() and int((d / "progress").read_text()) >= 10,
                "a checkpoint at step 10", timeout=120)
     first = records(d / "pids.jsonl")
@@ -64,6 +68,8 @@ def test_survivors_finish_a_gloo_job(cluster, tmp_path, ddpstore):
     assert {r["GROUP_WORLD_SIZE"] for r in ranks} == {"2"}
     # The restart count agrees on every node (a node's death spends no restart).
     assert {r["TORCHELASTIC_RESTART_COUNT"] for r in ranks} == {"0"}
+    assert {r["MASTER_ADDR"] for r in ranks} == (
+        {"127.0.0.1"} if store_proxy == "on" else {"127.0.0.3"})
 
 
 def test_survivors_finish_cpp_train_from_its_checkpoint(cluster, tmp_path, ddpstore):

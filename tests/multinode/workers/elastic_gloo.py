@@ -74,7 +74,7 @@ def main():
     with open(os.path.join(a.dir, "ranks.jsonl"), "a") as f:
         f.write(json.dumps({k: os.environ[k] for k in (
             "RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE",
-            "TORCHELASTIC_RESTART_COUNT")}) + "\n")
+            "TORCHELASTIC_RESTART_COUNT", "MASTER_ADDR")}) + "\n")
     if rank == 0:
         with open(os.path.join(a.dir, "result.json"), "w") as f:
             json.dump({"world_size": world, "resumed_from": start, "steps": a.steps,
