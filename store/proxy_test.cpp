@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -365,6 +366,29 @@ TEST(StoreProxyTest, ARestartedStoreEndsTheLinkAtOnce) {
   const auto started = std::chrono::steady_clock::now();
   EXPECT_THROW(c->add("/n", 1), StoreError);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+}
+
+// A proxy closed while it tries to resume (its store is gone) leaves nothing running on the
+// io_context it shares (an agent's): the attempt ends with it.
+TEST(StoreProxyTest, ClosingEndsAResumeInProgress) {
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  auto server = std::make_unique<ServerThread>(so);
+  boost::asio::io_context io;
+  ProxyOptions po;
+  po.upstream_host = "127.0.0.1";
+  po.upstream_port = server->port();
+  po.upstream.connect_timeout = 60s;
+  auto proxy = std::make_unique<StoreProxy>(io, po);
+  for (int i = 0; i < 500 && !proxy->stats().upstream_connected; ++i) io.run_for(10ms);
+  ASSERT_TRUE(proxy->stats().upstream_connected);
+  server.reset();
+  io.run_for(300ms);  // the link broke; it keeps trying
+  EXPECT_FALSE(proxy->stats().upstream_connected);
+  proxy.reset();
+  const auto started = std::chrono::steady_clock::now();
+  io.run();  // returns once no work is left
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
 }
 
 TEST(StoreProxyTest, Torch1ClientAndCancelledWaits) {

@@ -2,6 +2,7 @@
 #include "store/proxy_upstream.hpp"
 
 #include <algorithm>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -87,14 +88,15 @@ struct SessionGone : std::runtime_error {
 
 void Upstream::start() {
   asio::co_spawn(executor_, connect(options_.upstream.connect_timeout),
-                 [self = shared_from_this()](std::exception_ptr e) {
-                   if (!e) return;
-                   try {
-                     std::rethrow_exception(e);
-                   } catch (const std::exception& error) {
-                     self->fail(error.what());
-                   }
-                 });
+                 asio::bind_cancellation_slot(cancel_.slot(),
+                                              [self = shared_from_this()](std::exception_ptr e) {
+                                                if (!e) return;
+                                                try {
+                                                  std::rethrow_exception(e);
+                                                } catch (const std::exception& error) {
+                                                  self->fail(error.what());
+                                                }
+                                              }));
 }
 
 asio::awaitable<void> Upstream::connect(std::chrono::milliseconds budget) {
@@ -138,6 +140,7 @@ asio::awaitable<void> Upstream::connect(std::chrono::milliseconds budget) {
 
 void Upstream::close() {
   closed_ = true;
+  cancel_.emit(asio::cancellation_type::all);  // a connect or resume in progress ends now
   boost::system::error_code ignored;
   socket_.close(ignored);
 }
@@ -297,14 +300,16 @@ void Upstream::broken(const std::string& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   sys::log_line(options_.log_prefix, "link to the store broke (" + why + "): resuming");
-  asio::co_spawn(executor_, resume(), [self = shared_from_this(), why](std::exception_ptr e) {
-    if (!e) return;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& error) {
-      self->fail(why + "; resuming failed: " + error.what());
-    }
-  });
+  asio::co_spawn(executor_, resume(),
+                 asio::bind_cancellation_slot(
+                     cancel_.slot(), [self = shared_from_this(), why](std::exception_ptr e) {
+                       if (!e) return;
+                       try {
+                         std::rethrow_exception(e);
+                       } catch (const std::exception& error) {
+                         self->fail(why + "; resuming failed: " + error.what());
+                       }
+                     }));
 }
 
 }  // namespace ddprun::store::proxy

@@ -14,6 +14,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <cstddef>
@@ -81,7 +82,8 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   ProxyOptions options_;
   Handlers handlers_;
   boost::asio::ip::tcp::socket socket_;
-  std::string out_;  // queued, not yet written
+  boost::asio::cancellation_signal cancel_;  // close(): ends a connect or resume in progress
+  std::string out_;                          // queued, not yet written
   // Written, not yet confirmed by the store: request stream bytes from sent_base_ on.
   std::string sent_;
   uint64_t sent_base_ = 0;
