@@ -151,6 +151,44 @@ class Relay {
   std::atomic<int> cuts_{0};
 };
 
+// A store, a relay in front of it, and a proxy whose link goes through the relay; with a
+// period, a thread cuts the relay's connections that often until stop_cutting().
+struct RelayedJob {
+  explicit RelayedJob(std::chrono::milliseconds period = 0ms)
+      : server(loopback()), relay(server.port()), proxy(through(relay.port())) {
+    if (period.count() > 0) {
+      cutter = std::thread([this, period] {
+        while (!stop) {
+          std::this_thread::sleep_for(period);
+          relay.cut();
+        }
+      });
+    }
+  }
+  ~RelayedJob() { stop_cutting(); }
+  void stop_cutting() {
+    stop = true;
+    if (cutter.joinable()) cutter.join();
+  }
+  static ServerOptions loopback() {
+    ServerOptions o;
+    o.host = "127.0.0.1";
+    return o;
+  }
+  static ProxyOptions through(uint16_t port) {
+    ProxyOptions o;
+    o.upstream_host = "127.0.0.1";
+    o.upstream_port = port;
+    o.upstream.connect_timeout = 10s;
+    return o;
+  }
+  ServerThread server;
+  Relay relay;
+  ProxyThread proxy;
+  std::atomic<bool> stop{false};
+  std::thread cutter;
+};
+
 TEST(StoreProxyTest, EveryOpGivesWhatTheStoreGives) {
   Job job;
   auto c = job.via_proxy();
@@ -243,25 +281,13 @@ TEST(StoreProxyTest, ConcurrentClientsAreCoalescedAndEachGetsItsOwnAnswer) {
 // proxy: it resumes its session each time; no ADD is lost or applied twice, every client gets
 // distinct, consecutive values, and no client notices.
 TEST(StoreProxyTest, CutLinksResumeWithNothingLostOrDoubled) {
-  ServerOptions so;
-  so.host = "127.0.0.1";
-  ServerThread server(so);
-  Relay relay(server.port());
-  ProxyOptions po;
-  po.upstream_host = "127.0.0.1";
-  po.upstream_port = relay.port();
-  po.upstream.connect_timeout = 10s;
-  ProxyThread proxy(po);
+  RelayedJob job(15ms);
+  ServerThread& server = job.server;
+  ProxyThread& proxy = job.proxy;
+  Relay& relay = job.relay;
   constexpr int kClients = 8;
   constexpr int kAdds = 400;
   std::vector<std::vector<int64_t>> seen(kClients);
-  std::atomic<bool> done{false};
-  std::thread cutter([&] {
-    while (!done) {
-      std::this_thread::sleep_for(15ms);
-      relay.cut();
-    }
-  });
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
@@ -277,8 +303,7 @@ TEST(StoreProxyTest, CutLinksResumeWithNothingLostOrDoubled) {
     });
   }
   for (auto& t : threads) t.join();
-  done = true;
-  cutter.join();
+  job.stop_cutting();
   std::set<int64_t> all;
   for (const auto& v : seen) all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), size_t{kClients * kAdds});
@@ -309,22 +334,8 @@ TEST(StoreProxyTest, HistoriesThroughTheProxyAreLinearizable) {
   for (uint64_t seed = 1; seed <= 10; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     const bool cut = seed > 6;
-    ServerOptions so;
-    so.host = "127.0.0.1";
-    ServerThread server(so);
-    Relay relay(server.port());
-    ProxyOptions po;
-    po.upstream_host = "127.0.0.1";
-    po.upstream_port = relay.port();
-    po.upstream.connect_timeout = 10s;
-    ProxyThread proxy(po);
-    std::atomic<bool> done{false};
-    std::thread cutter([&] {
-      while (cut && !done) {
-        std::this_thread::sleep_for(10ms);
-        relay.cut();
-      }
-    });
+    RelayedJob job(cut ? 10ms : 0ms);
+    ProxyThread& proxy = job.proxy;
     WorkloadOptions wo;
     wo.seed = seed;
     History history;
@@ -333,8 +344,7 @@ TEST(StoreProxyTest, HistoriesThroughTheProxyAreLinearizable) {
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }
-    done = true;
-    cutter.join();
+    job.stop_cutting();
     CheckOptions co;
     co.max_states = 1'000'000;
     const CheckResult result = check_linearizable(history, co);
