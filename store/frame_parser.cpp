@@ -87,7 +87,7 @@ size_t FrameParser::step_hello(const char* p, size_t n) {
 }
 
 void FrameParser::allow_only(std::initializer_list<Op> ops) {
-  static_assert(sizeof(allowed_) * 8 > static_cast<size_t>(Op::kMuxSync));
+  static_assert(sizeof(allowed_) * 8 > static_cast<size_t>(Op::kMultiWaitTagged));
   allowed_ = 0;
   for (Op op : ops) allowed_ |= uint64_t{1} << static_cast<unsigned>(op);
 }

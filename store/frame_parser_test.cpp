@@ -261,14 +261,14 @@ TEST(FrameParserTest, OpcodeTables) {
   EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x42)->op, Op::kAuth);
   EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x43)->op, Op::kAuthProof);
   // The multiplexed connection's ops (a store proxy's), 2.x only.
-  const Op mux_ops[] = {Op::kMux, Op::kWaitTagged, Op::kBarrierTagged, Op::kCancelTagged,
-                        Op::kMuxSync};
-  for (uint8_t i = 0; i < 5; ++i) {
+  const Op mux_ops[] = {Op::kMux,          Op::kWaitTagged, Op::kBarrierTagged,
+                        Op::kCancelTagged, Op::kMuxSync,    Op::kMultiWaitTagged};
+  for (uint8_t i = 0; i < 6; ++i) {
     EXPECT_EQ(torch2_opcode(mux_ops[i]), 0x44 + i);
     EXPECT_EQ(decode_opcode(Dialect::kTorch2, static_cast<uint8_t>(0x44 + i))->op, mux_ops[i]);
     EXPECT_THROW(torch1_opcode(mux_ops[i]), std::invalid_argument);
   }
-  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x49), nullptr);
+  EXPECT_EQ(decode_opcode(Dialect::kTorch2, 0x4A), nullptr);
   EXPECT_EQ(decode_opcode(Dialect::kTorch1, 0x44), nullptr);
   EXPECT_THROW(torch1_opcode(Op::kSetWill), std::invalid_argument);
   EXPECT_THROW(torch1_opcode(Op::kAuth), std::invalid_argument);
@@ -279,8 +279,9 @@ TEST(FrameParserTest, MuxOpsCarryTheirFields) {
   auto p = parse(torch2_hello() + std::string(v2(Op::kMux).i64(7).i64(-2)) +
                  std::string(v2(Op::kWaitTagged).u32(9).keys({"a", "b"})) +
                  std::string(v2(Op::kBarrierTagged).u32(10).str("k").i64(4)) +
-                 std::string(v2(Op::kMuxSync).i64(100)));
-  ASSERT_EQ(p.requests.size(), 4u) << p.error;
+                 std::string(v2(Op::kMuxSync).i64(100)) +
+                 std::string(v2(Op::kMultiWaitTagged).u32(11).keys({"c", "d", "e"}).str("xy")));
+  ASSERT_EQ(p.requests.size(), 5u) << p.error;
   EXPECT_EQ(p.requests[0].integer, 7);
   EXPECT_EQ(p.requests[0].integer2, -2);
   EXPECT_EQ(p.requests[1].word, 9u);
@@ -289,6 +290,9 @@ TEST(FrameParserTest, MuxOpsCarryTheirFields) {
   EXPECT_EQ(p.requests[2].keys[0], "k");
   EXPECT_EQ(p.requests[2].integer, 4);
   EXPECT_EQ(p.requests[3].integer, 100);
+  EXPECT_EQ(p.requests[4].word, 11u);
+  EXPECT_EQ(p.requests[4].keys, (std::vector<std::string>{"c", "d", "e"}));
+  EXPECT_EQ(p.requests[4].values, (std::vector<std::string>{"xy"}));
 }
 
 TEST(FrameParserTest, ExtensionOpsParseIn2xOnly) {

@@ -39,6 +39,7 @@ constexpr OpSpec kSpecs[] = {
     {Op::kBarrierTagged, "BARRIER_TAGGED", 3, {F::kU32, F::kKey, F::kI64}},
     {Op::kCancelTagged, "CANCEL_TAGGED", 1, {F::kU32}},
     {Op::kMuxSync, "MUX_SYNC", 1, {F::kI64}},
+    {Op::kMultiWaitTagged, "MULTI_WAIT_TAGGED", 3, {F::kU32, F::kKeys, F::kValue}},
 };
 constexpr size_t kOpCount = sizeof(kSpecs) / sizeof(kSpecs[0]);
 
@@ -89,6 +90,7 @@ const OpSpec* decode_opcode(Dialect dialect, uint8_t opcode) {
       if (opcode == kBarrierTaggedOpcode) return &op_spec(Op::kBarrierTagged);
       if (opcode == kCancelTaggedOpcode) return &op_spec(Op::kCancelTagged);
       if (opcode == kMuxSyncOpcode) return &op_spec(Op::kMuxSync);
+      if (opcode == kMultiWaitTaggedOpcode) return &op_spec(Op::kMultiWaitTagged);
       return nullptr;
     case Dialect::kUnknown:
       break;
@@ -110,6 +112,7 @@ uint8_t torch2_opcode(Op op) {
   if (op == Op::kBarrierTagged) return kBarrierTaggedOpcode;
   if (op == Op::kCancelTagged) return kCancelTaggedOpcode;
   if (op == Op::kMuxSync) return kMuxSyncOpcode;
+  if (op == Op::kMultiWaitTagged) return kMultiWaitTaggedOpcode;
   int code = find_opcode(kTorch2Ops, op);
   if (code < 0) throw std::invalid_argument(std::string(op_spec(op).name) + " is not a 2.x op");
   return static_cast<uint8_t>(code);

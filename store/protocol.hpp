@@ -51,12 +51,14 @@ enum class Op : uint8_t {
   kAuth,       // auth client nonce -> u8 kAuthOpen, or kAuthChallenge + server nonce + proof
   kAuthProof,  // auth client proof -> u8 kExtensionAck (a wrong proof: the connection closes)
   // The proxy's multiplexed connection (PROTOCOL.md, "Multiplexed connections"):
-  kMux,            // i64 session, i64 received -> u8 kExtensionAck, i64 session, i64 consumed;
-                   // from then on every reply is framed (kMuxReply...)
-  kWaitTagged,     // u32 tag, keys -> later a kMuxRelease frame with the tag
-  kBarrierTagged,  // u32 tag, key, i64 world size -> later a kMuxRelease frame with the tag
-  kCancelTagged,   // u32 tag -> u8: kMuxCancelled if it was parked, kMuxNotParked if not
-  kMuxSync,        // i64 received -> i64 consumed (the stream positions, for resuming)
+  kMux,              // i64 session, i64 received -> u8 kExtensionAck, i64 session, i64 consumed;
+                     // from then on every reply is framed (kMuxReply...)
+  kWaitTagged,       // u32 tag, keys -> later a kMuxRelease frame with the tag
+  kBarrierTagged,    // u32 tag, key, i64 world size -> later a kMuxRelease frame with the tag
+  kCancelTagged,     // u32 tag -> u8: kMuxCancelled if it was parked, kMuxNotParked if not
+  kMuxSync,          // i64 received -> i64 consumed (the stream positions, for resuming)
+  kMultiWaitTagged,  // u32 first tag, keys, bytes counts (u32 each) -> n tagged waits, wait i
+                     // (tag first + i) on the next counts[i] keys
 };
 
 // Field layout of a request after its opcode byte.
@@ -114,6 +116,7 @@ inline constexpr uint8_t kWaitTaggedOpcode = 0x45;
 inline constexpr uint8_t kBarrierTaggedOpcode = 0x46;
 inline constexpr uint8_t kCancelTaggedOpcode = 0x47;
 inline constexpr uint8_t kMuxSyncOpcode = 0x48;
+inline constexpr uint8_t kMultiWaitTaggedOpcode = 0x49;
 inline constexpr uint8_t kMuxReply = 0x00;
 inline constexpr uint8_t kMuxRelease = 0x01;
 // An ADD (or BARRIER_TAGGED) the store refuses (a value that is not a decimal integer, an

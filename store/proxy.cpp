@@ -112,7 +112,7 @@ std::string lane_name(const std::vector<std::string>& keys) {
 }  // namespace
 
 StoreProxy::Impl::Impl(asio::io_context& io, ProxyOptions options)
-    : io_(io), options_(std::move(options)), acceptor_(io) {
+    : io_(io), options_(std::move(options)), acceptor_(io), gather_timer_(io) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(options_.listen_host, ec);
   if (ec) throw std::system_error(ec, "store proxy: bad listen address " + options_.listen_host);
@@ -348,7 +348,13 @@ void StoreProxy::Impl::barrier(LocalClient& c, Request& r) {
 void StoreProxy::Impl::schedule_flush() {
   if (flush_posted_ || closed_) return;
   flush_posted_ = true;
-  asio::post(io_, [self = shared_from_this()] { self->flush(); });
+  if (options_.gather.count() == 0) {
+    asio::post(io_, [self = shared_from_this()] { self->flush(); });
+    return;
+  }
+  gather_timer_.expires_after(options_.gather);
+  gather_timer_.async_wait(
+      [self = shared_from_this()](boost::system::error_code) { self->flush(); });
 }
 
 // End of a turn: every lane with a gathered group and nothing in flight sends it; the clients
@@ -359,15 +365,16 @@ void StoreProxy::Impl::flush() {
   while (!dirty_.empty()) {
     std::vector<std::pair<Kind, std::string>> lanes;
     lanes.swap(dirty_);
-    std::vector<std::pair<std::string, std::shared_ptr<Group>>> gets;
+    std::vector<std::pair<std::string, std::shared_ptr<Group>>> gets, waits;
     for (const auto& [kind, lane] : lanes) {
-      if (kind != kGet) {
+      if (kind != kGet && kind != kWait) {
         emit(kind, lane);
-      } else if (auto group = take_next(kGet, lane)) {
-        gets.emplace_back(lane, std::move(group));
+      } else if (auto group = take_next(kind, lane)) {
+        (kind == kGet ? gets : waits).emplace_back(lane, std::move(group));
       }
     }
     if (!gets.empty()) emit_gets(std::move(gets));
+    if (!waits.empty()) emit_waits(std::move(waits));
   }
   upstream_->flush();
 }
@@ -389,6 +396,7 @@ void StoreProxy::Impl::close(const std::string& why) {
   closed_ = true;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  gather_timer_.cancel();
   if (upstream_) upstream_->close();
   auto clients = std::move(clients_);
   for (const auto& c : clients) c->close(why);

@@ -5,6 +5,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,8 +31,8 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
   std::function<void(const std::string&)> lost_callback;
 
  private:
-  // SETs gather in one lane (""), sent as one MULTI_SET; GET groups sent in one turn go as one
-  // MULTI_GET.
+  // SETs gather in one lane (""), sent as one MULTI_SET; the GET groups sent in one turn go as
+  // one MULTI_GET, its WAIT groups as one MULTI_WAIT_TAGGED.
   enum Kind { kAdd, kGet, kWait, kSet, kKinds };
   struct Member {
     std::shared_ptr<proxy::Slot> slot;
@@ -66,6 +67,7 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
   // The lane's gathered group, now in flight; null when it has none or one is in flight.
   std::shared_ptr<Group> take_next(Kind kind, const std::string& lane);
   void emit_gets(std::vector<std::pair<std::string, std::shared_ptr<Group>>> gets);
+  void emit_waits(std::vector<std::pair<std::string, std::shared_ptr<Group>>> waits);
   void unblock(const Group& group);
   void emit_add(const std::string& lane, const std::shared_ptr<Group>& group);
   void add_replied(const std::string& lane, const std::shared_ptr<Group>& group, int64_t sum,
@@ -84,6 +86,7 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<std::pair<Kind, std::string>> dirty_;  // lanes that may send their next group
   std::unordered_map<uint32_t, Tagged> tagged_;
   uint32_t next_tag_ = 1;
+  boost::asio::steady_timer gather_timer_;  // ProxyOptions::gather
   bool flush_posted_ = false;
   bool closed_ = false;
   ProxyStats stats_;

@@ -61,17 +61,8 @@ void StoreProxy::Impl::emit(Kind kind, const std::string& lane_key) {
       upstream_->send(std::move(frame));
       finished(kSet, lane_key, group);  // nothing to wait for
       break;
-    case kWait: {
-      const uint32_t tag = next_tag_++;
-      tagged_[tag] = Tagged{lane_key, group};
-      wire::put_u8(frame, kWaitTaggedOpcode);
-      wire::put_u32(frame, tag);
-      wire::put_u64(frame, group->keys.size());
-      for (const std::string& k : group->keys) wire::put_bytes(frame, k);
-      upstream_->send(std::move(frame));
-      break;
-    }
-    case kGet:  // emit_gets
+    case kGet:   // emit_gets
+    case kWait:  // emit_waits
     case kKinds:
       return;
   }
@@ -104,6 +95,39 @@ void StoreProxy::Impl::emit_gets(std::vector<std::pair<std::string, std::shared_
                     }
                   });
   for (const auto& get : gets) unblock(*get.second);
+}
+
+// The WAIT groups of one turn as one WAIT_TAGGED or MULTI_WAIT_TAGGED (consecutive tags), as
+// many as one request may carry keys; each group is answered by its tag's release.
+void StoreProxy::Impl::emit_waits(
+    std::vector<std::pair<std::string, std::shared_ptr<Group>>> waits) {
+  const size_t max_keys = Limits().max_keys;
+  size_t first = 0;
+  while (first < waits.size()) {
+    size_t end = first;
+    size_t keys = 0;
+    while (end < waits.size() &&
+           (end == first || keys + waits[end].second->keys.size() <= max_keys)) {
+      keys += waits[end++].second->keys.size();
+    }
+    const uint32_t tag = next_tag_;
+    next_tag_ += static_cast<uint32_t>(end - first);
+    std::string frame;
+    wire::put_u8(frame, end - first == 1 ? kWaitTaggedOpcode : kMultiWaitTaggedOpcode);
+    wire::put_u32(frame, tag);
+    wire::put_u64(frame, keys);
+    std::string counts;
+    for (size_t i = first; i < end; ++i) {
+      const Group& group = *waits[i].second;
+      tagged_[tag + static_cast<uint32_t>(i - first)] = Tagged{waits[i].first, waits[i].second};
+      for (const std::string& k : group.keys) wire::put_bytes(frame, k);
+      wire::put_u32(counts, static_cast<uint32_t>(group.keys.size()));
+    }
+    if (end - first > 1) wire::put_bytes(frame, counts);
+    upstream_->send(std::move(frame));
+    first = end;
+  }
+  for (const auto& wait : waits) unblock(*wait.second);
 }
 
 // N ADDs as one ADD of their sum (as many as fit in an i64; the rest gather for the next).

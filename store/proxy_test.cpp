@@ -94,11 +94,17 @@ class Relay {
     ++cuts_;
   }
   int cuts() const { return cuts_; }
+  // While held, nothing is forwarded either way (the bytes wait in the sockets).
+  void hold(bool held) { held_ = held; }
 
  private:
   void run() {
     std::vector<char> buf(64 << 10);
     while (!stop_) {
+      if (held_) {
+        std::this_thread::sleep_for(1ms);
+        continue;
+      }
       std::vector<pollfd> fds{{listener_, POLLIN, 0}};
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -148,6 +154,7 @@ class Relay {
   std::mutex mu_;
   std::vector<std::pair<int, int>> pairs_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> held_{false};
   std::atomic<int> cuts_{0};
 };
 
@@ -275,6 +282,51 @@ TEST(StoreProxyTest, ConcurrentClientsAreCoalescedAndEachGetsItsOwnAnswer) {
               static_cast<unsigned long long>(stats.coalesced));
   EXPECT_GT(stats.coalesced, 0u);
   EXPECT_LT(stats.upstream_requests, stats.client_requests);
+}
+
+// Waits on distinct keys that the proxy sends in one turn go as one MULTI_WAIT_TAGGED, each still
+// released by its own key. The link is held while 8 clients send ADD of a gate key and a WAIT
+// at once: the first ADD to arrive goes alone, the rest gather; when an ADD group's reply comes,
+// its clients' WAITs go in that turn.
+TEST(StoreProxyTest, DistinctWaitsOfOneTurnGoAsOneRequest) {
+  RelayedJob job;
+  constexpr int kClients = 8;
+  std::vector<std::unique_ptr<RawConn>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<RawConn>(job.proxy.port()));
+    clients.back()->send(test::torch2_hello());
+  }
+  const ProxyStats before = job.proxy.stats();
+  job.relay.hold(true);
+  for (int i = 0; i < kClients; ++i) {
+    clients[i]->send(
+        std::string(test::v2(Op::kAdd).str("/gate").i64(1)) +
+        std::string(test::v2(Op::kWait).keys({"/key/" + std::to_string(i), "/common"})));
+  }
+  while (job.proxy.stats().client_requests < before.client_requests + kClients) {
+    std::this_thread::sleep_for(1ms);
+  }
+  job.relay.hold(false);
+  std::set<std::string> seen;
+  for (auto& c : clients) seen.insert(c->recv(8));
+  std::set<std::string> want;
+  for (int v = 1; v <= kClients; ++v) want.insert(i64_bytes(v));
+  EXPECT_EQ(seen, want);  // distinct, consecutive
+  while (job.proxy.stats().client_requests < before.client_requests + 2 * kClients) {
+    std::this_thread::sleep_for(1ms);
+  }
+  auto direct = Client::connect("127.0.0.1", job.server.port());
+  direct->set("/common", "1");
+  for (int i = 0; i < kClients - 1; ++i) direct->set("/key/" + std::to_string(i), "1");
+  for (int i = 0; i < kClients - 1; ++i) EXPECT_EQ(clients[i]->recv(1), std::string(1, '\0'));
+  pollfd last{clients[kClients - 1]->fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&last, 1, 100), 0);  // its own key is missing
+  direct->set("/key/" + std::to_string(kClients - 1), "1");
+  EXPECT_EQ(clients[kClients - 1]->recv(1), std::string(1, '\0'));
+  // Two ADDs at most (the first to arrive, then the rest coalesced), each one's clients' WAITs
+  // in one request: 4 at most, against 10 or more were each WAIT sent on its own.
+  const ProxyStats after = job.proxy.stats();
+  EXPECT_LE(after.upstream_requests - before.upstream_requests, 4u);
 }
 
 // The link to the store is cut again and again while 8 clients ADD, SET and WAIT through the

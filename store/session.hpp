@@ -147,6 +147,9 @@ class Session final : private Waiter {
   // A multiplexed connection (after MUX): framed replies and tagged waits (session_mux.cpp).
   bool handle_muxed(Request& request);
   bool handle_tagged(Request& request);
+  bool multi_wait_tagged(Request& request);
+  bool park_tagged(Request& request, uint32_t tag, std::vector<std::string>::iterator from,
+                   std::vector<std::string>::iterator to);
   void flush_releases();
   bool refuse(const char* reason, std::string detail);
   bool handle_read(Request& request);

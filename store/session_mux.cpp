@@ -22,6 +22,7 @@ bool has_reply(Op op) {
     case Op::kMultiSet:
     case Op::kQueuePush:
     case Op::kWaitTagged:  // its release is a frame of its own
+    case Op::kMultiWaitTagged:
     case Op::kBarrierTagged:
       return false;
     default:
@@ -164,6 +165,36 @@ bool Session::handle_tagged(Request& r) {
     wire::put_u8(out_, parked_now ? kMuxCancelled : kMuxNotParked);
     return true;
   }
+  if (r.op == Op::kMultiWaitTagged) return multi_wait_tagged(r);
+  return park_tagged(r, tag, r.keys.begin(), r.keys.end());
+}
+
+// MULTI_WAIT_TAGGED: the waits of one proxy turn in one frame, each as its own WAIT_TAGGED.
+bool Session::multi_wait_tagged(Request& r) {
+  const std::string& counts = r.values[0];
+  const size_t n = counts.size() / 4;
+  if (counts.size() % 4 != 0 || n == 0 || n > kMaxTaggedWaits) {
+    return fail("MULTI_WAIT_TAGGED with " + std::to_string(counts.size()) + " bytes of counts");
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += wire::load_le(counts.data() + 4 * i, 4);
+  if (total != r.keys.size()) {
+    return fail("MULTI_WAIT_TAGGED counting " + std::to_string(total) + " keys of " +
+                std::to_string(r.keys.size()));
+  }
+  auto from = r.keys.begin();
+  for (size_t i = 0; i < n; ++i) {
+    auto to = from + static_cast<std::ptrdiff_t>(wire::load_le(counts.data() + 4 * i, 4));
+    if (!park_tagged(r, r.word + static_cast<uint32_t>(i), from, to)) return false;
+    from = to;
+  }
+  return true;
+}
+
+// One tagged wait (WAIT_TAGGED on [from, to), or BARRIER_TAGGED): released now, or parked.
+bool Session::park_tagged(Request& r, uint32_t tag, std::vector<std::string>::iterator from,
+                          std::vector<std::string>::iterator to) {
+  Mux& mux = *mux_;
   if (mux.waits.count(tag) != 0) {
     return fail("tag " + std::to_string(tag) + " of a wait that is still parked");
   }
@@ -172,8 +203,9 @@ bool Session::handle_tagged(Request& r) {
   }
   auto wait = std::make_unique<TaggedWait>(*this, tag);
   bool released = false;
-  if (r.op == Op::kWaitTagged) {
-    released = state_.wait(r.keys, *wait);
+  if (r.op != Op::kBarrierTagged) {
+    std::vector<std::string> keys(std::make_move_iterator(from), std::make_move_iterator(to));
+    released = state_.wait(keys, *wait);
   } else {
     switch (state_.barrier(r.keys[0], r.integer, *wait)) {
       case StoreState::BarrierResult::kReleased:

@@ -75,6 +75,7 @@ bool Session::dispatch(Request& request) {
     case Op::kBarrierTagged:
     case Op::kCancelTagged:
     case Op::kMuxSync:
+    case Op::kMultiWaitTagged:
       return handle_tagged(request);
     case Op::kSet:
     case Op::kCompareSet:

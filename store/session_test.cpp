@@ -417,6 +417,39 @@ TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
   EXPECT_NE(muxed.session.error().find("multiplexed"), std::string::npos);
 }
 
+// MULTI_WAIT_TAGGED: one frame, several tagged waits with consecutive tags, each released on
+// its own; counts that do not add up to the keys close the connection.
+TEST(SessionMuxTest, MultiWaitTaggedParksEachWait) {
+  StoreState state;
+  Peer proxy(state), other(state);
+  proxy.send(torch2_hello());
+  other.send(torch2_hello());
+  proxy.send(v2(Op::kMux).i64(0).i64(0));
+  other.send(v2(Op::kSet).str("/have").str("1"));
+  const std::string counts = u32le(2) + u32le(1) + u32le(1);
+  EXPECT_EQ(
+      proxy.send(v2(Op::kMultiWaitTagged).u32(20).keys({"/a", "/b", "/have", "/b"}).str(counts)),
+      released(21));  // the second waits on a key that exists
+  other.send(v2(Op::kSet).str("/b").str("1"));
+  EXPECT_EQ(proxy.take(), released(22));
+  other.send(v2(Op::kSet).str("/a").str("1"));
+  EXPECT_EQ(proxy.take(), released(20));
+  // Tag 20 is free again; 22 too. A cancelled one is never released.
+  EXPECT_EQ(
+      proxy.send(v2(Op::kMultiWaitTagged).u32(20).keys({"/x", "/y"}).str(u32le(1) + u32le(1))), "");
+  EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(21)), framed(std::string(1, '\x01')));
+  other.send(v2(Op::kMultiSet).i64(2).str("/x").str("1").str("/y").str("1"));
+  EXPECT_EQ(proxy.take(), released(20));
+
+  EXPECT_FALSE(proxy.session.feed(
+      v2(Op::kMultiWaitTagged).u32(30).keys({"/a", "/b"}).str(u32le(1) + u32le(2))));
+  EXPECT_NE(proxy.session.error().find("counting 3 keys of 2"), std::string::npos);
+  Peer odd(state);
+  odd.send(torch2_hello() + std::string(v2(Op::kMux).i64(0).i64(0)));
+  EXPECT_FALSE(odd.session.feed(v2(Op::kMultiWaitTagged).u32(1).keys({"/a"}).str("abc")));
+  EXPECT_NE(odd.session.error().find("3 bytes of counts"), std::string::npos);
+}
+
 // The streams' positions: MUX_SYNC says how much of the requests the store has and drops the
 // output the client has; a detached session resumes on another listener from the client's
 // position, re-sending what was lost on the way, once.

@@ -3,6 +3,7 @@
 // with its own upstream connection, as each node's agent would have.
 //
 //   store_proxy_host --upstream HOST:PORT --proxies N --ports-file F [--threads T]
+//                    [--gather-us U]   (ProxyOptions::gather)
 //
 // Writes the N ports to F (one per line), then prints "ready" and serves until SIGTERM/SIGINT;
 // then prints "result clients=... client_requests=... upstream_requests=... coalesced=..."
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   using namespace ddprun::store;
   std::string upstream, ports_file;
   size_t proxies = 0, threads = 1;
+  long gather_us = -1;  // ProxyOptions' default
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--upstream") {
@@ -45,6 +47,8 @@ int main(int argc, char** argv) {
       proxies = std::stoul(value);
     } else if (flag == "--ports-file") {
       ports_file = value;
+    } else if (flag == "--gather-us") {
+      gather_us = std::stol(value);
     } else if (flag == "--threads") {
       threads = std::max<size_t>(1, std::stoul(value));
     } else {
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   ProxyOptions po;
   po.upstream_host = upstream.substr(0, colon);
   po.upstream_port = static_cast<uint16_t>(std::stoi(upstream.substr(colon + 1)));
+  if (gather_us >= 0) po.gather = std::chrono::microseconds(gather_us);
   std::ofstream out(ports_file);
   for (size_t i = 0; i < proxies; ++i) {
     all.push_back(std::make_unique<StoreProxy>(*ios[i % threads], po));

@@ -51,8 +51,10 @@ def result_fields(text):
     return {k: v for k, v in (f.split("=", 1) for f in line.split()[1:])}
 
 
-def storm(bins, server_class, netns_class, kind, n, via_proxy):
-    """One storm of n ranks against a fresh `kind` server, through proxies or not."""
+def storm(bins, server_class, netns_class, kind, n, via_proxy, gather_us=None):
+    """One storm of n ranks against a fresh `kind` server, through proxies or not (gathering
+    for gather_us, ProxyOptions::gather's default if None)."""
+    gather = [] if gather_us is None else ["--gather-us", str(gather_us)]
     with netns_class() as ns, tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         server = server_class(kind, bins, netns=ns.name)
@@ -66,7 +68,7 @@ def storm(bins, server_class, netns_class, kind, n, via_proxy):
                     p = subprocess.Popen(
                         exec_ns + [bins["store_proxy_host"], "--upstream",
                                    f"127.0.0.1:{server.port}", "--proxies", str(count),
-                                   "--ports-file", str(pf)],
+                                   "--ports-file", str(pf)] + gather,
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                     hosts.append(p)
                     if p.stdout.readline().strip() != "ready":
@@ -123,7 +125,7 @@ def storm(bins, server_class, netns_class, kind, n, via_proxy):
             server.stop()
 
 
-def proxy_rows(bins, server_class, netns_class, sizes, rounds):
+def proxy_rows(bins, server_class, netns_class, sizes, rounds, gather_us=None):
     """For each size: ddpstore direct (while the store's descriptors allow), ddpstore through
     proxies, and torch 2.x's libuv server direct at sizes up to 16,384; rounds alternate."""
     rows, errors = [], 0
@@ -134,7 +136,8 @@ def proxy_rows(bins, server_class, netns_class, sizes, rounds):
         runs = {m: [] for m in modes}
         for r in range(rounds):
             for mode in (modes if r % 2 == 0 else list(reversed(modes))):
-                runs[mode].append(storm(bins, server_class, netns_class, mode[0], n, mode[1]))
+                runs[mode].append(storm(bins, server_class, netns_class, mode[0], n, mode[1],
+                                        gather_us))
         med = {}
         for mode, rs in runs.items():
             mid = sorted(rs, key=lambda x: x["seconds"])[len(rs) // 2]
