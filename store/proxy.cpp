@@ -174,8 +174,8 @@ void StoreProxy::Impl::accept() {
                 [weak](LocalClient& c, Request& r) {
                   if (auto s = weak.lock()) s->issue(c, r);
                 },
-                [weak](LocalClient& c) {
-                  if (auto s = weak.lock()) s->client_closed(c);
+                [weak](LocalClient& c, const std::string& why) {
+                  if (auto s = weak.lock()) s->client_closed(c, why);
                 });
           }
         }
@@ -379,7 +379,8 @@ void StoreProxy::Impl::flush() {
   upstream_->flush();
 }
 
-void StoreProxy::Impl::client_closed(LocalClient& c) {
+void StoreProxy::Impl::client_closed(LocalClient& c, const std::string& why) {
+  if (!why.empty()) sys::log_line(options_.log_prefix, "closing " + c.peer() + ": " + why);
   if (auto& will = c.will()) {
     Request r;
     r.op = Op::kCompareSet;

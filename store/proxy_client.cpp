@@ -5,8 +5,6 @@
 #include <boost/asio/write.hpp>
 #include <utility>
 
-#include "store/sys/log.hpp"
-
 namespace ddprun::store::proxy {
 
 namespace asio = boost::asio;
@@ -114,7 +112,6 @@ void LocalClient::write() {
 void LocalClient::close(const std::string& why) {
   if (closed_) return;
   closed_ = true;
-  if (!why.empty()) sys::log_line("[ddprun store proxy]", "closing " + peer_ + ": " + why);
   boost::system::error_code ignored;
   socket_.close(ignored);
   queued_.clear();
@@ -124,7 +121,7 @@ void LocalClient::close(const std::string& why) {
     wait_.reset();
     wait.cancel();
   }
-  if (closed_callback_) closed_callback_(*this);
+  if (closed_callback_) closed_callback_(*this, why);
 }
 
 }  // namespace ddprun::store::proxy

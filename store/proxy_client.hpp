@@ -37,7 +37,7 @@ class LocalClient : public std::enable_shared_from_this<LocalClient> {
  public:
   // Each parsed request, in order, when the client is not blocked (see block()).
   using Issue = std::function<void(LocalClient&, Request&)>;
-  using Closed = std::function<void(LocalClient&)>;
+  using Closed = std::function<void(LocalClient&, const std::string& why)>;  // why: "" if normal
 
   LocalClient(boost::asio::ip::tcp::socket socket, const Limits& limits, std::string peer);
   void start(Issue issue, Closed closed);

@@ -74,7 +74,7 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
                    std::string_view reply, bool failed);
   void released(uint32_t tag);
   void finished(Kind kind, const std::string& lane, const std::shared_ptr<Group>& group);
-  void client_closed(proxy::LocalClient& client);
+  void client_closed(proxy::LocalClient& client, const std::string& why);
 
   boost::asio::io_context& io_;
   ProxyOptions options_;
