@@ -89,6 +89,59 @@ def test_a_save_torn_by_a_kill_is_never_restored(ddprun, tmp_path):
     assert seen == {"version": 1, "sum": 45.0, "left": ["checkpoint.pt"]}, seen
 
 
+ROUND_TRIP = r"""
+import collections, os, sys, torch, ddprun
+shared = torch.arange(6.0).view(2, 3)
+state = {"a": shared, "b": shared, "t": torch.arange(12).view(3, 4).t(),
+         "bf16": torch.randn(5).bfloat16(), "bool": torch.tensor([True, False]),
+         "scalar": torch.tensor(3.5), "empty": torch.empty(0, 4), "step": 7,
+         "param": torch.nn.Parameter(torch.ones(2)), "grad": torch.ones(3, requires_grad=True),
+         "od": collections.OrderedDict(x=1, y=[1, 2.5, "s", None, (1, 2)])}
+assert ddprun.save_checkpoint(state)
+d = os.environ["DDPRUN_MEMORY_CHECKPOINT_DIR"]
+print("format", open(os.path.join(d, "checkpoint.pt"), "rb").read(12).decode())
+back = ddprun.load_checkpoint()
+for k, v in state.items():
+    w = back[k]
+    if isinstance(v, torch.Tensor):
+        assert type(w) is type(v) and w.dtype == v.dtype and w.shape == v.shape, k
+        assert torch.equal(w.detach(), v.detach()) and w.requires_grad == v.requires_grad, k
+    else:
+        assert type(w) is type(v) and w == v, k
+assert back["a"] is back["b"]  # one tensor saved twice is one tensor again
+back["a"].add_(1)  # the loaded tensors are writable, the save unchanged
+assert ddprun.load_checkpoint()["a"].sum().item() == 15
+ddprun.save_checkpoint({"sparse": torch.eye(3).to_sparse()}, "other")
+print("fallback", open(os.path.join(d, "other.pt"), "rb").read(2).decode(),
+      ddprun.load_checkpoint("other")["sparse"].to_dense().sum().item())
+class Custom: pass
+ddprun.save_checkpoint({"custom": Custom(), "t": torch.ones(1)}, "custom")
+try:
+    ddprun.load_checkpoint("custom", weights_only=True)
+    print("custom loaded")
+except Exception as e:
+    print("custom refused:", type(e).__name__)
+print("trusted", type(ddprun.load_checkpoint("custom", weights_only=False)["custom"]).__name__)
+print("left", sorted(os.listdir(d)))
+"""
+
+
+# Plain dense tensors are written raw (one copy, no pickling of their bytes), anything else with
+# torch.save; either comes back as saved, and weights_only keeps code out of a load.
+@pytest.mark.parametrize("torch", ["torch1", "torch2"])
+def test_what_a_save_holds_comes_back(torch, tmp_path):
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    (tmp_path / "round_trip.py").write_text(ROUND_TRIP)
+    r = subprocess.run([PYTHONS[torch], "round_trip.py"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120,
+                       env=env(PYTHONS[torch], DDPRUN_MEMORY_CHECKPOINT_DIR=str(memory)))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "format DDPRUN-CKPT1", "fallback PK 3.0", "custom refused: UnpicklingError",
+        "trusted Custom", "left ['checkpoint.pt', 'custom.pt', 'other.pt']"], r.stdout
+
+
 BOUNDED = r"""
 import os, sys, torch, ddprun
 if os.environ["RANK"] == "0":

@@ -2,8 +2,8 @@
 
 ddprun gives every job a directory on a tmpfs, private to the job's user, removed when the job
 ends (DDPRUN_MEMORY_CHECKPOINT_DIR, bounded by --memory-checkpoints). save_checkpoint() writes
-an object there with torch.save (a memory copy, no disk write), load_checkpoint() reads it back
-after a restart. A save costs the caller a copy of the tensors; a thread writes the copy. A save
+an object there (a memory copy, no disk write), load_checkpoint() reads it back after a restart.
+A save costs the caller one copy of the tensors and is written when the call returns. A save
 is atomic: it goes to a temp file that is renamed over the previous one, so a worker killed in
 the middle of a save leaves the previous checkpoint, never a torn one (ddprun removes the temp
 file before the next attempt).
@@ -12,10 +12,8 @@ The directory is per node: on one node every rank sees every save. Where ranks h
 state (DDP), let rank 0 save and load and broadcast it; where each holds its own part (a
 ZeroRedundancyOptimizer shard), give each rank its own name.
 """
-import atexit
 import os
 import re
-import threading
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
@@ -72,35 +70,77 @@ def _tensor_bytes(obj, seen=None):
     return 0
 
 
-def _snapshot(obj):
-    """`obj` with every tensor copied to a new CPU tensor (the state as it is now, which the
-    next optimizer step will not change); containers rebuilt, other values kept as they are."""
+# The raw format: what a save of plain tensors is written as (torch.save's is kept for anything
+# else). MAGIC, u64 length of the header, the header (a pickle of the object with every tensor
+# replaced by its index, and each tensor's dtype, shape and requires_grad), then each tensor's
+# bytes, each at a multiple of _ALIGN. Writing it costs one copy of the tensors into the file;
+# torch.save pickles on top of that, which for a small state costs more than the copy.
+_MAGIC = b"DDPRUN-CKPT1\n"
+_ALIGN = 64
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _raw_parts(obj):
+    """The raw format's parts for `obj` (bytes-like objects to write in order), or None when one
+    of its tensors is not a plain dense tensor (then torch.save writes it)."""
+    import io
+    import pickle
     import torch
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        items = [(k, _snapshot(v)) for k, v in obj.items()]
-        try:
-            return type(obj)(items)
-        except TypeError:  # a dict subclass that cannot be built from items
-            return dict(items)
-    if isinstance(obj, list):
-        return [_snapshot(v) for v in obj]
-    if isinstance(obj, tuple):
-        values = [_snapshot(v) for v in obj]
-        return type(obj)(*values) if hasattr(obj, "_fields") else tuple(values)
-    return obj
+    tensors, index = [], {}
+
+    def persistent_id(o):
+        if not isinstance(o, torch.Tensor):
+            return None
+        if (type(o) not in (torch.Tensor, torch.nn.Parameter) or o.layout != torch.strided
+                or o.is_quantized):
+            raise _NotPlain()
+        if id(o) not in index:
+            index[id(o)] = len(tensors)
+            tensors.append(o)
+        return index[id(o)]
+
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.persistent_id = persistent_id
+    try:
+        pickler.dump(obj)
+    except _NotPlain:
+        return None
+    meta, datas = [], []
+    for t in tensors:
+        meta.append((str(t.dtype).split(".")[-1], tuple(t.shape), t.requires_grad,
+                     type(t) is torch.nn.Parameter))
+        t = t.detach().to("cpu").contiguous().reshape(-1)
+        datas.append(t.view(torch.uint8).numpy() if t.numel() else b"")
+    header = pickle.dumps((buf.getvalue(), meta), protocol=pickle.HIGHEST_PROTOCOL)
+    parts = [_MAGIC, len(header).to_bytes(8, "little"), header]
+    at = len(_MAGIC) + 8 + len(header)
+    for data in datas:
+        pad = -at % _ALIGN
+        parts += [bytes(pad), data]
+        at += pad + len(data)
+    return parts
 
 
-def _write(directory, name, snapshot):
-    """torch.save into a temp file, renamed over the previous save: atomic."""
+def _write(directory, name, obj):
+    """Writes `obj` into a temp file, renamed over the previous save: atomic."""
     import torch
     final = _path(directory, name)
     limit = _limit()
     temp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
-        with open(temp, "wb") as f:
-            torch.save(snapshot, f)
+        parts = _raw_parts(obj)
+        with open(temp, "wb", buffering=0 if parts is not None else -1) as f:
+            if parts is None:
+                torch.save(obj, f)
+            else:
+                for part in parts:
+                    view = memoryview(part)
+                    while view.nbytes:
+                        view = view[f.write(view):]
         if limit:
             used = _used(directory, final) - os.stat(temp).st_blocks * 512
             size = os.stat(temp).st_blocks * 512
@@ -118,81 +158,16 @@ def _write(directory, name, snapshot):
         raise
 
 
-class _Writer:
-    """One thread per process that writes the saves: for each name, the latest snapshot
-    (an older one not yet written is dropped: only the last matters). A write's error is raised
-    by the next call for that name."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._pending = {}  # name -> (directory, snapshot)
-        self._busy = set()
-        self._errors = {}
-        self._thread = None
-        self._pid = None
-
-    def submit(self, directory, name, snapshot):
-        with self._cond:
-            self._raise_error(name)
-            if self._pid != os.getpid():  # first use, or a forked child: its own thread
-                self._pending, self._busy, self._errors = {}, set(), {}
-                self._thread = threading.Thread(target=self._run, name="ddprun-checkpoint",
-                                                daemon=True)
-                self._pid = os.getpid()
-                self._thread.start()
-            self._pending[name] = (directory, snapshot)
-            self._cond.notify_all()
-
-    def flush(self, name=None):
-        """Waits until the saves of `name` (None: all) are written; raises a write's error."""
-        with self._cond:
-            if self._pid == os.getpid():
-                self._cond.wait_for(lambda: not self._busy and not (
-                    self._pending if name is None else name in self._pending))
-            if name is not None:
-                self._raise_error(name)
-            elif self._errors:
-                self._raise_error(next(iter(self._errors)))
-
-    def _raise_error(self, name):
-        error = self._errors.pop(name, None)
-        if error is not None:
-            raise error
-
-    def _run(self):
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending)
-                name, (directory, snapshot) = next(iter(self._pending.items()))
-                del self._pending[name]
-                self._busy.add(name)
-            try:
-                _write(directory, name, snapshot)
-            except BaseException as e:  # noqa: BLE001 - handed to the caller's next call
-                with self._cond:
-                    self._errors[name] = e
-            finally:
-                del snapshot
-                with self._cond:
-                    self._busy.discard(name)
-                    self._cond.notify_all()
-
-
-_writer = _Writer()
-atexit.register(_writer.flush)  # a script that ends normally leaves its last saves written
-
-
 def save_checkpoint(obj, name="checkpoint", wait=False):
     """Saves `obj` (what torch.save takes: a dict of state_dicts, tensors, numbers) to memory
     under `name`, replacing the previous save of that name atomically. Returns True, or False
     when there is no in-memory checkpoint directory (not under ddprun).
 
-    The call costs a copy of the tensors in memory (the state as of now: the training loop may
-    go on changing it); a thread of this process then writes the copy while training goes on.
-    `wait=True` returns once it is written (load_checkpoint of the name waits too). Raises
+    The save is written when the call returns (`wait` is accepted for scripts written for the
+    earlier background writer; it changes nothing). Its cost is a copy of the tensors into
+    memory: plain dense tensors are written as they are, anything else with torch.save. Raises
     CheckpointLimitError when the save would pass the job's bound (the previous save of the
-    name stays); an error of a write in the background is raised by the next call for the
-    name."""
+    name stays)."""
     directory = memory_checkpoint_dir()
     if directory is None:
         return False
@@ -206,24 +181,107 @@ def save_checkpoint(obj, name="checkpoint", wait=False):
                 f"in-memory checkpoint {name!r}: about {more / 2**20:.0f} MiB more would pass "
                 f"the job's bound of {limit / 2**20:.0f} MiB ({used / 2**20:.0f} MiB in use); "
                 "raise ddprun --memory-checkpoints")
-    _writer.submit(directory, name, _snapshot(obj))
-    if wait:
-        _writer.flush(name)
+    _write(directory, name, obj)
     return True
+
+
+class _WeightsOnly:
+    """Unpickles only containers and plain values (what torch.load's weights_only allows of
+    a state dict's structure): a checkpoint cannot run code."""
+
+    ALLOWED = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
+               ("builtins", "complex"), ("builtins", "slice"), ("builtins", "range")}
+
+    @classmethod
+    def unpickler(cls, file):
+        import pickle
+
+        class Unpickler(pickle.Unpickler):
+            def find_class(self, module, name):
+                if (module, name) in cls.ALLOWED:
+                    return super().find_class(module, name)
+                raise pickle.UnpicklingError(
+                    f"weights_only load of a checkpoint holding {module}.{name}; pass "
+                    "weights_only=False if it comes from a source you trust")
+        return Unpickler(file)
+
+
+def _weights_only_default(torch):
+    """torch.load's default: weights only from torch 2.6 on."""
+    try:
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) >= (2, 6)
+
+
+def _load_raw(f, map_location, weights_only):
+    import io
+    import pickle
+    import torch
+    f.seek(0)
+    data = bytearray(os.fstat(f.fileno()).st_size)
+    view = memoryview(data)
+    got = 0
+    while got < len(data):
+        n = f.readinto(view[got:])
+        if not n:
+            raise EOFError(f"in-memory checkpoint {f.name}: {got} of {len(data)} bytes")
+        got += n
+    at = len(_MAGIC)
+    size = int.from_bytes(data[at:at + 8], "little")
+    at += 8
+    if weights_only:
+        skeleton, meta = _WeightsOnly.unpickler(io.BytesIO(data[at:at + size])).load()
+    else:
+        skeleton, meta = pickle.loads(data[at:at + size])
+    at += size
+    device = map_location
+    if isinstance(map_location, dict):
+        device = map_location.get("cpu", "cpu")
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError("load_checkpoint: map_location must be a device, a device name or a "
+                        "{'cpu': device} dict for this checkpoint")
+    tensors = []
+    for dtype_name, shape, requires_grad, parameter in meta:
+        dtype = getattr(torch, dtype_name)
+        count = 1
+        for dim in shape:
+            count *= dim
+        at += -at % _ALIGN
+        t = (torch.frombuffer(data, dtype=dtype, count=count, offset=at) if count
+             else torch.empty(0, dtype=dtype))
+        at += t.numel() * t.element_size()
+        t = t.view(shape)
+        if device is not None and torch.device(device).type != "cpu":
+            t = t.to(device)
+        tensors.append(torch.nn.Parameter(t, requires_grad) if parameter
+                       else t.requires_grad_() if requires_grad else t)
+    unpickler = (_WeightsOnly.unpickler(io.BytesIO(skeleton)) if weights_only
+                 else pickle.Unpickler(io.BytesIO(skeleton)))
+    unpickler.persistent_load = lambda i: tensors[i]
+    return unpickler.load()
 
 
 def load_checkpoint(name="checkpoint", map_location="cpu", **load_args):
     """The object last saved under `name` in this job's memory, or None when there is none
     (a first start, a node new to the job, not under ddprun). `map_location` and `load_args`
-    (weights_only=...) as for torch.load."""
+    (weights_only=...) as for torch.load; what plain tensors were saved as takes a device, a
+    device name or {'cpu': device} as map_location, and `weights_only` as torch.load's
+    default (True from torch 2.6)."""
     import torch
     directory = memory_checkpoint_dir()
     if directory is None:
         return None
-    _writer.flush(name)  # this process's own save of it, if one is still being written
     try:
-        f = open(_path(directory, name), "rb")
+        f = open(_path(directory, name), "rb", buffering=0)
     except FileNotFoundError:
         return None
     with f:
+        if f.read(len(_MAGIC)) == _MAGIC:
+            weights_only = load_args.get("weights_only")
+            if weights_only is None:
+                weights_only = _weights_only_default(torch)
+            return _load_raw(f, map_location, weights_only)
+        f.seek(0)
         return torch.load(f, map_location=map_location, **load_args)
