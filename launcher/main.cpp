@@ -56,57 +56,45 @@ std::optional<std::string> get_env(const std::string& name) {
   return std::string(v);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // The orphan guardian is this binary too (agent/process/guardian.hpp).
-  agent::Guardian::run_if_guardian(&etcd::revoke_now);
-  ensure_standard_fds();
-  // A parent that started ddprun with signals blocked (SIGTERM, say) would leave it deaf to
-  // them, and its workers too (they inherit the mask): ddprun and its workers start with none
-  // blocked.
-  sigset_t none;
-  ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Node rank 0's agent hosts the workers' store: one descriptor per worker of the job.
-  // Workers get the limit they would have had (child_process.cpp).
-  sys::raise_fd_limit();
-  std::vector<std::string> args(argv + 1, argv + argc);
+// What the command line asks for: a job to run here, a fan-out to other hosts, or an exit
+// code (help, version, completion, or a usage error, all printed).
+struct Request {
+  std::optional<int> exit_now;
   launcher::LaunchPlan plan;
   std::optional<launcher::FanoutPlan> fanout;  // --hosts/--hostfile: this ddprun only launches
   bool stop_on_stdin_eof = false;
+};
+
+Request read_command_line(const std::vector<std::string>& args) {
+  Request r;
   try {
     launcher::LaunchConfig config = launcher::parse_command_line(args, get_env);
-    if (config.help) {
-      print(STDOUT_FILENO, launcher::help_text());
-      return launcher::kExitSuccess;
+    if (config.help || config.version || !config.print_completion.empty()) {
+      print(STDOUT_FILENO, config.help      ? launcher::help_text()
+                           : config.version ? launcher::version_text()
+                                            : launcher::completion_script(config.print_completion));
+      r.exit_now = launcher::kExitSuccess;
+      return r;
     }
-    if (config.version) {
-      print(STDOUT_FILENO, launcher::version_text());
-      return launcher::kExitSuccess;
-    }
-    if (!config.print_completion.empty()) {
-      print(STDOUT_FILENO, launcher::completion_script(config.print_completion));
-      return launcher::kExitSuccess;
-    }
-    stop_on_stdin_eof = config.fanout.stop_on_stdin_eof;
+    r.stop_on_stdin_eof = config.fanout.stop_on_stdin_eof;
     if (config.fanout.active()) {
-      fanout = launcher::make_fanout_plan(config, launcher::this_process_inputs(get_env));
-      fanout->notices.insert(fanout->notices.begin(), config.notices.begin(), config.notices.end());
+      r.fanout = launcher::make_fanout_plan(config, launcher::this_process_inputs(get_env));
+      r.fanout->notices.insert(r.fanout->notices.begin(), config.notices.begin(),
+                               config.notices.end());
     } else {
       std::vector<std::string> env;
       for (char** e = environ; *e; ++e) env.emplace_back(*e);
-      plan = launcher::make_launch_plan(config, get_env, std::move(env));
+      r.plan = launcher::make_launch_plan(config, get_env, std::move(env));
     }
   } catch (const launcher::CliError& e) {
     print(STDERR_FILENO, launcher::usage_line() + "ddprun: error: " + e.what() + "\n");
-    return launcher::kExitUsage;
+    r.exit_now = launcher::kExitUsage;
   }
-  for (const auto& notice : plan.notices) sys::log_line(notice);
+  return r;
+}
 
-  // Console output to a closed pipe must not kill the agent (and with it the workers).
-  ::signal(SIGPIPE, SIG_IGN);
-  if (fanout) return launcher::run_fanout(*fanout, get_env);
+// The agent on this node, from the orphan guardian's start to the job's last line.
+int run_agent(launcher::LaunchPlan plan, bool stop_on_stdin_eof) {
   // Before the guardian, which watches its replacement through it: destroyed after it.
   boost::asio::io_context io(1);
   std::unique_ptr<agent::Guardian> guardian;
@@ -143,4 +131,28 @@ int main(int argc, char** argv) {
   // A slow console gets a moment to show the last lines; a stuck one does not hold the exit.
   sys::Console::finish(kConsoleDrainAtExit);
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The orphan guardian is this binary too (agent/process/guardian.hpp).
+  agent::Guardian::run_if_guardian(&etcd::revoke_now);
+  ensure_standard_fds();
+  // A parent that started ddprun with signals blocked (SIGTERM, say) would leave it deaf to
+  // them, and its workers too (they inherit the mask): ddprun and its workers start with none
+  // blocked.
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Node rank 0's agent hosts the workers' store: one descriptor per worker of the job.
+  // Workers get the limit they would have had (child_process.cpp).
+  sys::raise_fd_limit();
+  Request request = read_command_line(std::vector<std::string>(argv + 1, argv + argc));
+  if (request.exit_now) return *request.exit_now;
+  for (const auto& notice : request.plan.notices) sys::log_line(notice);
+  // Console output to a closed pipe must not kill the agent (and with it the workers).
+  ::signal(SIGPIPE, SIG_IGN);
+  if (request.fanout) return launcher::run_fanout(*request.fanout, get_env);
+  return run_agent(std::move(request.plan), request.stop_on_stdin_eof);
 }

@@ -42,6 +42,32 @@ std::string default_text(const Flag& f) {
   return out.empty() ? out : " (default " + out + ")";
 }
 
+namespace {
+
+// One flag's lines in --help: its spellings, then its help wrapped at kColumn.
+void append_flag_help(std::string& out, const Flag& f) {
+  std::string spell = "  ";
+  if (f.short_name) {
+    spell += '-';
+    spell += f.short_name;
+    spell += ", ";
+  }
+  spell += dashed(f.name);
+  if (f.takes_value) {
+    spell += ' ';
+    spell += f.metavar;
+  }
+  if (spell.size() + 1 < kColumn) {
+    spell.resize(kColumn, ' ');
+  } else {
+    spell += "\n" + std::string(kColumn, ' ');
+  }
+  out += spell;
+  append_wrapped(out, kColumn, std::string(f.help) + default_text(f));
+}
+
+}  // namespace
+
 std::string usage_line() {
   return "usage: ddprun [OPTIONS] (SCRIPT.py | -m MODULE | PROGRAM) [ARGS...]  "
          "(ddprun --help lists the options)\n";
@@ -81,25 +107,7 @@ std::string help_text() {
     out += title;
     out += ":\n";
     for (const Flag& f : flag_table()) {
-      if (f.group != key) continue;
-      std::string spell = "  ";
-      if (f.short_name) {
-        spell += '-';
-        spell += f.short_name;
-        spell += ", ";
-      }
-      spell += dashed(f.name);
-      if (f.takes_value) {
-        spell += ' ';
-        spell += f.metavar;
-      }
-      if (spell.size() + 1 < kColumn) {
-        spell.resize(kColumn, ' ');
-      } else {
-        spell += "\n" + std::string(kColumn, ' ');
-      }
-      out += spell;
-      append_wrapped(out, kColumn, std::string(f.help) + default_text(f));
+      if (f.group == key) append_flag_help(out, f);
     }
   }
   out +=

@@ -389,12 +389,21 @@ TEST(SessionMuxTest, TaggedWaitsDoNotHoldRepliesBack) {
   EXPECT_EQ(proxy.send(v2(Op::kGet).str("/b")), framed(bytes("v")));
 }
 
-TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
+// A store with a proxy's multiplexed connection to it and a plain 2.x client beside it.
+struct MuxedStore {
+  MuxedStore() {
+    proxy.send(torch2_hello());
+    other.send(torch2_hello());
+    proxy.send(v2(Op::kMux).i64(0).i64(0));
+  }
   StoreState state;
-  Peer proxy(state), other(state);
-  proxy.send(torch2_hello());
-  other.send(torch2_hello());
-  proxy.send(v2(Op::kMux).i64(0).i64(0));
+  Peer proxy{state}, other{state};
+};
+
+TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
+  MuxedStore store;
+  StoreState& state = store.state;
+  Peer &proxy = store.proxy, &other = store.other;
   EXPECT_EQ(proxy.send(v2(Op::kWaitTagged).u32(1).keys({"/k"})), "");
   EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(1)), framed(std::string(1, '\x01')));
   EXPECT_EQ(proxy.send(v2(Op::kCancelTagged).u32(1)), framed(std::string(1, '\x00')));
@@ -420,11 +429,9 @@ TEST(SessionMuxTest, CancelAndBarrierAndErrors) {
 // MULTI_WAIT_TAGGED: one frame, several tagged waits with consecutive tags, each released on
 // its own; counts that do not add up to the keys close the connection.
 TEST(SessionMuxTest, MultiWaitTaggedParksEachWait) {
-  StoreState state;
-  Peer proxy(state), other(state);
-  proxy.send(torch2_hello());
-  other.send(torch2_hello());
-  proxy.send(v2(Op::kMux).i64(0).i64(0));
+  MuxedStore store;
+  StoreState& state = store.state;
+  Peer &proxy = store.proxy, &other = store.other;
   other.send(v2(Op::kSet).str("/have").str("1"));
   const std::string counts = u32le(2) + u32le(1) + u32le(1);
   EXPECT_EQ(

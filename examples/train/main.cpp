@@ -85,6 +85,42 @@ double checksum(torch::nn::Module& model) {
   return sum;
 }
 
+// The device to train on: the process group's, or with --device cuda the local rank's GPU.
+torch::Device pick_device(const Options& opt, ddprun::ProcessGroup& pg) {
+  if (opt.device != "cuda" || pg.device().is_cuda()) return pg.device();
+  const int local = pg.env().local_rank;
+  if (!torch::cuda::is_available() || local >= static_cast<int>(torch::cuda::device_count())) {
+    throw ddprun::Error("--device cuda: no CUDA device for LOCAL_RANK " + std::to_string(local));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local));
+}
+
+struct Resumed {
+  int64_t step = 0;
+  std::string from;  // the source it came from; empty: nothing to resume, step 0
+};
+
+// The first of `sources` (empty ones skipped) that holds a checkpoint, loaded into the model and
+// optimizer; refused when it was written with other run settings (another data order).
+Resumed resume(ddprun::ProcessGroup& pg, const std::vector<std::string>& sources,
+               const std::map<std::string, int64_t>& run_settings, torch::nn::Module& model,
+               torch::optim::Optimizer& optimizer) {
+  for (const std::string& source : sources) {
+    if (source.empty()) continue;
+    std::optional<ddprun::TrainingProgress> saved =
+        ddprun::load_checkpoint(pg, source, model, optimizer);
+    if (!saved) continue;
+    if (saved->extra != run_settings) {
+      throw ddprun::Error("checkpoint " + source + " was written with --global-batch " +
+                          std::to_string(saved->extra["global_batch"]) + " --seed " +
+                          std::to_string(saved->extra["seed"]) +
+                          "; this run would change the data order");
+    }
+    return Resumed{saved->step, source};
+  }
+  return Resumed{};
+}
+
 int run(const Options& opt, const Timeline& timeline, double started) {
   // A standby (ddprun --in-process-recovery) entered main() long before it took a dead rank's
   // place in init_process_group(): it starts running then.
@@ -98,14 +134,7 @@ int run(const Options& opt, const Timeline& timeline, double started) {
   timeline.mark("script", -1, standby ? wall_seconds() : started);
   timeline.mark("pg_ready");
   const int rank = pg->rank(), world = pg->size();
-  torch::Device device = pg->device();
-  if (opt.device == "cuda" && !device.is_cuda()) {
-    const int local = pg->env().local_rank;
-    if (!torch::cuda::is_available() || local >= static_cast<int>(torch::cuda::device_count())) {
-      throw ddprun::Error("--device cuda: no CUDA device for LOCAL_RANK " + std::to_string(local));
-    }
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local));
-  }
+  const torch::Device device = pick_device(opt, *pg);
   if (opt.global_batch % world != 0) {
     throw train::UsageError("--global-batch " + std::to_string(opt.global_batch) +
                             " is not divisible by the world size " + std::to_string(world));
@@ -118,7 +147,6 @@ int run(const Options& opt, const Timeline& timeline, double started) {
   model->to(device);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(0.9));
 
-  int64_t start = 0;
   // The data order depends on these: a run may resume only a checkpoint written with the same.
   const std::map<std::string, int64_t> run_settings{{"global_batch", opt.global_batch},
                                                     {"seed", static_cast<int64_t>(opt.seed)}};
@@ -127,22 +155,9 @@ int run(const Options& opt, const Timeline& timeline, double started) {
   // The job's in-memory checkpoint (under ddprun) holds the last step; the file, an older one.
   const std::optional<std::string> memory =
       opt.memory_every > 0 ? ddprun::memory_checkpoint_path() : std::nullopt;
-  std::optional<ddprun::TrainingProgress> saved;
-  std::string resumed_from;
-  for (const std::string& source : {memory.value_or(""), checkpoint_file}) {
-    if (saved || source.empty()) continue;
-    saved = ddprun::load_checkpoint(*pg, source, *model, optimizer);
-    resumed_from = source;
-  }
-  if (saved) {
-    if (saved->extra != run_settings) {
-      throw ddprun::Error("checkpoint " + resumed_from + " was written with --global-batch " +
-                          std::to_string(saved->extra["global_batch"]) + " --seed " +
-                          std::to_string(saved->extra["seed"]) +
-                          "; this run would change the data order");
-    }
-    start = saved->step;
-  }
+  const Resumed resumed =
+      resume(*pg, {memory.value_or(""), checkpoint_file}, run_settings, *model, optimizer);
+  const int64_t start = resumed.step;
   timeline.mark("restored", start);
   ddprun::DdpOptions ddp_options;
   ddp_options.compression = compression_of(opt.compression);
@@ -152,9 +167,10 @@ int run(const Options& opt, const Timeline& timeline, double started) {
               << " (gradients: " << ddp.transport() << "), device " << device << ", "
               << opt.dataset_size << " samples, global batch " << opt.global_batch << " ("
               << local_batch << " per rank), "
-              << (saved ? "resuming at step " + std::to_string(start) + " from " +
-                              (resumed_from == checkpoint_file ? "the checkpoint file" : "memory")
-                        : std::string("starting at step 0"))
+              << (resumed.from.empty()
+                      ? std::string("starting at step 0")
+                      : "resuming at step " + std::to_string(start) + " from " +
+                            (resumed.from == checkpoint_file ? "the checkpoint file" : "memory"))
               << ", restart " << pg->env().restart_count << std::endl;
   }
   BatchStream stream(data, world, rank, opt.seed, local_batch);

@@ -51,6 +51,52 @@ std::string one_of(std::string_view flag, const std::string& v,
   throw UsageError(std::string(flag) + ": \"" + v + "\" is not one of " + list);
 }
 
+// One option's value into `o`; UsageError for an unknown option or a bad value.
+void apply_option(Options& o, const std::string& arg, const std::string& value) {
+  if (arg == "--steps") {
+    o.steps = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--global-batch") {
+    o.global_batch = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--seed") {
+    o.seed = parse_number<uint64_t>(arg, value, 0);
+  } else if (arg == "--checkpoint") {
+    if (value.empty()) throw UsageError("--checkpoint needs a directory");
+    o.checkpoint = value;
+  } else if (arg == "--checkpoint-every") {
+    o.checkpoint_every = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--memory-every") {
+    o.memory_every = parse_number<int64_t>(arg, value, 0);
+  } else if (arg == "--log-every") {
+    o.log_every = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--lr") {
+    o.lr = parse_double(arg, value);
+  } else if (arg == "--dataset-size") {
+    o.dataset_size = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--features") {
+    o.features = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--hidden") {
+    o.hidden = parse_number<int64_t>(arg, value, 1);
+  } else if (arg == "--classes") {
+    o.classes = parse_number<int64_t>(arg, value, 2);
+  } else if (arg == "--backend") {
+    o.backend = one_of(arg, value, {"auto", "gloo", "nccl"});
+  } else if (arg == "--device") {
+    o.device = one_of(arg, value, {"auto", "cpu", "cuda"});
+  } else if (arg == "--compression") {
+    o.compression = one_of(arg, value, {"none", "fp16", "bf16"});
+  } else if (arg == "--kill-rank-at-step") {
+    auto colon = value.find(':');
+    if (colon == std::string::npos) throw UsageError(arg + ": expected RANK:STEP");
+    o.kill_rank = parse_number<int>(arg, std::string_view(value).substr(0, colon), 0);
+    o.kill_step = parse_number<int64_t>(arg, std::string_view(value).substr(colon + 1), 0);
+  } else if (arg == "--timeline") {
+    if (value.empty()) throw UsageError("--timeline needs a file");
+    o.timeline = value;
+  } else {
+    throw UsageError("unknown argument " + arg);
+  }
+}
+
 }  // namespace
 
 Options parse_options(int argc, const char* const* argv) {
@@ -76,50 +122,9 @@ Options parse_options(int argc, const char* const* argv) {
       if (i + 1 >= argc) throw UsageError(arg + " needs a value");
       value = argv[++i];
     }
-    if (arg == "--steps") {
-      o.steps = parse_number<int64_t>(arg, value, 1);
-      have_steps = true;
-    } else if (arg == "--global-batch") {
-      o.global_batch = parse_number<int64_t>(arg, value, 1);
-      have_batch = true;
-    } else if (arg == "--seed") {
-      o.seed = parse_number<uint64_t>(arg, value, 0);
-    } else if (arg == "--checkpoint") {
-      if (value.empty()) throw UsageError("--checkpoint needs a directory");
-      o.checkpoint = value;
-    } else if (arg == "--checkpoint-every") {
-      o.checkpoint_every = parse_number<int64_t>(arg, value, 1);
-    } else if (arg == "--memory-every") {
-      o.memory_every = parse_number<int64_t>(arg, value, 0);
-    } else if (arg == "--log-every") {
-      o.log_every = parse_number<int64_t>(arg, value, 1);
-    } else if (arg == "--lr") {
-      o.lr = parse_double(arg, value);
-    } else if (arg == "--dataset-size") {
-      o.dataset_size = parse_number<int64_t>(arg, value, 1);
-    } else if (arg == "--features") {
-      o.features = parse_number<int64_t>(arg, value, 1);
-    } else if (arg == "--hidden") {
-      o.hidden = parse_number<int64_t>(arg, value, 1);
-    } else if (arg == "--classes") {
-      o.classes = parse_number<int64_t>(arg, value, 2);
-    } else if (arg == "--backend") {
-      o.backend = one_of(arg, value, {"auto", "gloo", "nccl"});
-    } else if (arg == "--device") {
-      o.device = one_of(arg, value, {"auto", "cpu", "cuda"});
-    } else if (arg == "--compression") {
-      o.compression = one_of(arg, value, {"none", "fp16", "bf16"});
-    } else if (arg == "--kill-rank-at-step") {
-      auto colon = value.find(':');
-      if (colon == std::string::npos) throw UsageError(arg + ": expected RANK:STEP");
-      o.kill_rank = parse_number<int>(arg, std::string_view(value).substr(0, colon), 0);
-      o.kill_step = parse_number<int64_t>(arg, std::string_view(value).substr(colon + 1), 0);
-    } else if (arg == "--timeline") {
-      if (value.empty()) throw UsageError("--timeline needs a file");
-      o.timeline = value;
-    } else {
-      throw UsageError("unknown argument " + arg);
-    }
+    apply_option(o, arg, value);
+    have_steps = have_steps || arg == "--steps";
+    have_batch = have_batch || arg == "--global-batch";
   }
   if (o.help) return o;
   if (!have_steps) throw UsageError("--steps is required");

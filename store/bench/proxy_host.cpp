@@ -11,9 +11,11 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -32,33 +34,70 @@ namespace {
   std::exit(2);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace ddprun::store;
-  std::string upstream, ports_file;
+struct Args {
+  std::string upstream_host;
+  uint16_t upstream_port = 0;
+  std::string ports_file;
   size_t proxies = 0, threads = 1;
   long gather_us = -1;  // ProxyOptions' default
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::string upstream;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--upstream") {
       upstream = value;
     } else if (flag == "--proxies") {
-      proxies = std::stoul(value);
+      a.proxies = std::stoul(value);
     } else if (flag == "--ports-file") {
-      ports_file = value;
+      a.ports_file = value;
     } else if (flag == "--gather-us") {
-      gather_us = std::stol(value);
+      a.gather_us = std::stol(value);
     } else if (flag == "--threads") {
-      threads = std::max<size_t>(1, std::stoul(value));
+      a.threads = std::max<size_t>(1, std::stoul(value));
     } else {
       usage("unknown option " + flag);
     }
   }
   const size_t colon = upstream.rfind(':');
-  if (colon == std::string::npos || proxies == 0 || ports_file.empty()) {
+  if (colon == std::string::npos || a.proxies == 0 || a.ports_file.empty()) {
     usage("--upstream HOST:PORT, --proxies N and --ports-file F are required");
   }
+  a.upstream_host = upstream.substr(0, colon);
+  a.upstream_port = static_cast<uint16_t>(std::stoi(upstream.substr(colon + 1)));
+  return a;
+}
+
+// Every proxy's counters added up; the proxies are destroyed, each on its own thread.
+ddprun::store::ProxyStats close_all(std::vector<std::unique_ptr<boost::asio::io_context>>& ios,
+                                    std::vector<std::unique_ptr<ddprun::store::StoreProxy>>& all) {
+  ddprun::store::ProxyStats sum;
+  const size_t threads = ios.size();
+  for (size_t t = 0; t < threads; ++t) {
+    std::promise<void> done;
+    boost::asio::post(*ios[t], [&] {
+      for (size_t i = t; i < all.size(); i += threads) {
+        const ddprun::store::ProxyStats s = all[i]->stats();
+        sum.clients += s.clients;
+        sum.client_requests += s.client_requests;
+        sum.upstream_requests += s.upstream_requests;
+        sum.coalesced += s.coalesced;
+        all[i].reset();
+      }
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  return sum;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun::store;
+  const Args args = parse_args(argc, argv);
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0) {
     lim.rlim_cur = lim.rlim_max;
@@ -72,14 +111,15 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<boost::asio::io_context>> ios;
   std::vector<std::unique_ptr<StoreProxy>> all;
-  for (size_t t = 0; t < threads; ++t) ios.push_back(std::make_unique<boost::asio::io_context>(1));
+  for (size_t t = 0; t < args.threads; ++t)
+    ios.push_back(std::make_unique<boost::asio::io_context>(1));
   ProxyOptions po;
-  po.upstream_host = upstream.substr(0, colon);
-  po.upstream_port = static_cast<uint16_t>(std::stoi(upstream.substr(colon + 1)));
-  if (gather_us >= 0) po.gather = std::chrono::microseconds(gather_us);
-  std::ofstream out(ports_file);
-  for (size_t i = 0; i < proxies; ++i) {
-    all.push_back(std::make_unique<StoreProxy>(*ios[i % threads], po));
+  po.upstream_host = args.upstream_host;
+  po.upstream_port = args.upstream_port;
+  if (args.gather_us >= 0) po.gather = std::chrono::microseconds(args.gather_us);
+  std::ofstream out(args.ports_file);
+  for (size_t i = 0; i < args.proxies; ++i) {
+    all.push_back(std::make_unique<StoreProxy>(*ios[i % args.threads], po));
     out << all.back()->port() << "\n";
   }
   out.close();
@@ -93,22 +133,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop, &sig);
-  ProxyStats sum;
-  for (size_t t = 0; t < threads; ++t) {
-    std::promise<void> done;
-    boost::asio::post(*ios[t], [&] {
-      for (size_t i = t; i < proxies; i += threads) {
-        const ProxyStats s = all[i]->stats();
-        sum.clients += s.clients;
-        sum.client_requests += s.client_requests;
-        sum.upstream_requests += s.upstream_requests;
-        sum.coalesced += s.coalesced;
-        all[i].reset();
-      }
-      done.set_value();
-    });
-    done.get_future().wait();
-  }
+  const ProxyStats sum = close_all(ios, all);
   for (auto& g : guards) g.reset();
   for (auto& io : ios) io->stop();
   for (auto& r : runners) r.join();

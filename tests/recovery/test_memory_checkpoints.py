@@ -97,7 +97,7 @@ state = {"a": shared, "b": shared, "t": torch.arange(12).view(3, 4).t(),
          "scalar": torch.tensor(3.5), "empty": torch.empty(0, 4), "step": 7,
          "param": torch.nn.Parameter(torch.ones(2)), "grad": torch.ones(3, requires_grad=True),
          "od": collections.OrderedDict(x=1, y=[1, 2.5, "s", None, (1, 2)])}
-assert ddprun.save_checkpoint(state)
+assert ddprun.save_checkpoint(state, wait=True)
 d = os.environ["DDPRUN_MEMORY_CHECKPOINT_DIR"]
 print("format", open(os.path.join(d, "checkpoint.pt"), "rb").read(12).decode())
 back = ddprun.load_checkpoint()
@@ -111,7 +111,7 @@ for k, v in state.items():
 assert back["a"] is back["b"]  # one tensor saved twice is one tensor again
 back["a"].add_(1)  # the loaded tensors are writable, the save unchanged
 assert ddprun.load_checkpoint()["a"].sum().item() == 15
-ddprun.save_checkpoint({"sparse": torch.eye(3).to_sparse()}, "other")
+ddprun.save_checkpoint({"sparse": torch.eye(3).to_sparse()}, "other", wait=True)
 print("fallback", open(os.path.join(d, "other.pt"), "rb").read(2).decode(),
       ddprun.load_checkpoint("other")["sparse"].to_dense().sum().item())
 class Custom: pass

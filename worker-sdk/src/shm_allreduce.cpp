@@ -123,6 +123,59 @@ void sum_slices(const std::vector<T*>& slots, int64_t begin, int64_t end) {
   }
 }
 
+// Rank 0: a new shared memory segment of `size` bytes, its pages reserved (a full /dev/shm
+// fails here, not with SIGBUS in the middle of training), mapped at *base with its control
+// block written. Its name, or "" when it cannot be made.
+std::string create_segment(size_t size, uint64_t token, void** base) {
+  std::ostringstream n;
+  n << "/ddprun-" << ::getpid() << "-" << std::hex << token;
+  const std::string name = n.str();
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return "";
+  if (::ftruncate(fd, static_cast<off_t>(size)) == 0 &&
+      ::posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0) {
+    *base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);  // the mapping keeps the segment
+  if (*base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    return "";
+  }
+  Control* c = new (*base) Control{};
+  c->magic = kMagic;
+  c->token = token;
+  return name;
+}
+
+// The other ranks: rank 0's segment mapped at *base; false if it cannot be, or is not the one.
+bool attach_segment(const std::string& name, size_t size, uint64_t token, void** base) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  *base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (*base == MAP_FAILED) return false;
+  const auto* c = static_cast<const Control*>(*base);
+  return c->magic == kMagic && c->token == token;
+}
+
+// Every rank's pid, and a pidfd for each peer (-1 for this rank); false when a peer's pid is
+// not visible from here (not our host after all).
+bool open_peers(ProcessGroup& group, std::vector<int>& pids, std::vector<int>& pidfds) {
+  const auto pid_texts = group.all_gather_bytes(std::to_string(::getpid()));
+  bool ok = true;
+  for (int r = 0; r < group.size(); ++r) {
+    const int pid = std::stoi(pid_texts[r]);
+    pids.push_back(pid);
+    int pfd = -1;
+    if (r != group.rank() && pid != ::getpid()) {
+      pfd = pidfd_open(pid);
+      if (pfd < 0 && errno != ENOSYS) ok = false;
+    }
+    pidfds.push_back(pfd);
+  }
+  return ok;
+}
+
 }  // namespace
 
 struct ShmAllReduce::Segment {
@@ -152,67 +205,18 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::create(ProcessGroup& group, int64_t 
   seg->size = kControlBytes + seg->slot_bytes * static_cast<size_t>(world);
   std::string name;
   uint64_t token = 0;
-  int fd = -1;
   if (rank == 0) {
     std::random_device rd;
     token = (static_cast<uint64_t>(rd()) << 32) | rd();
-    std::ostringstream n;
-    n << "/ddprun-" << ::getpid() << "-" << std::hex << token;
-    fd = ::shm_open(n.str().c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      // Reserve the pages now: a full /dev/shm must fail here, not SIGBUS in the middle of
-      // training.
-      if (::ftruncate(fd, static_cast<off_t>(seg->size)) != 0 ||
-          ::posix_fallocate(fd, 0, static_cast<off_t>(seg->size)) != 0) {
-        ::close(fd);
-        ::shm_unlink(n.str().c_str());
-        fd = -1;
-      } else {
-        name = n.str();
-      }
-    }
-  }
-  if (rank == 0 && fd >= 0) {
-    seg->base = ::mmap(nullptr, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (seg->base != MAP_FAILED) {
-      Control* c = new (seg->base) Control{};
-      c->magic = kMagic;
-      c->token = token;
-    } else {
-      name.clear();
-    }
+    name = create_segment(seg->size, token, &seg->base);
   }
   std::string shared = group.broadcast_bytes(name + "\n" + std::to_string(token), 0);
   name = shared.substr(0, shared.find('\n'));
   token = std::stoull(shared.substr(shared.find('\n') + 1));
-  if (name.empty()) {
-    if (fd >= 0) ::close(fd);
-    return nullptr;
-  }
-
-  bool ok = true;
-  if (rank != 0) {
-    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd >= 0) {
-      seg->base = ::mmap(nullptr, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    ok = seg->base != MAP_FAILED && seg->control()->magic == kMagic &&
-         seg->control()->token == token;
-  }
-  if (fd >= 0) ::close(fd);  // the mapping keeps the segment
-
-  const auto pid_texts = group.all_gather_bytes(std::to_string(::getpid()));
+  if (name.empty()) return nullptr;
+  bool ok = rank == 0 || attach_segment(name, seg->size, token, &seg->base);
   std::vector<int> pids, pidfds;
-  for (int r = 0; r < world; ++r) {
-    const int pid = std::stoi(pid_texts[r]);
-    pids.push_back(pid);
-    int pfd = -1;
-    if (r != rank && pid != ::getpid()) {
-      pfd = pidfd_open(pid);
-      if (pfd < 0 && errno != ENOSYS) ok = false;  // a peer we cannot see: not our host after all
-    }
-    pidfds.push_back(pfd);
-  }
+  ok = open_peers(group, pids, pidfds) && ok;
   auto flag = at::full({1}, ok ? 1 : 0, at::kInt);
   group.all_reduce(flag, ReduceOp::kMin);
   if (rank == 0) ::shm_unlink(name.c_str());  // everyone has it mapped (or gave up): no leak
