@@ -148,8 +148,7 @@ class Session final : private Waiter {
   bool handle_muxed(Request& request);
   bool handle_tagged(Request& request);
   bool multi_wait_tagged(Request& request);
-  bool park_tagged(Request& request, uint32_t tag, std::vector<std::string>::iterator from,
-                   std::vector<std::string>::iterator to);
+  bool park_tagged(const Request& request, uint32_t tag, const std::vector<std::string>& keys);
   void flush_releases();
   bool refuse(const char* reason, std::string detail);
   bool handle_read(Request& request);

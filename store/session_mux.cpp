@@ -166,7 +166,7 @@ bool Session::handle_tagged(Request& r) {
     return true;
   }
   if (r.op == Op::kMultiWaitTagged) return multi_wait_tagged(r);
-  return park_tagged(r, tag, r.keys.begin(), r.keys.end());
+  return park_tagged(r, tag, r.keys);
 }
 
 // MULTI_WAIT_TAGGED: the waits of one proxy turn in one frame, each as its own WAIT_TAGGED.
@@ -185,15 +185,15 @@ bool Session::multi_wait_tagged(Request& r) {
   auto from = r.keys.begin();
   for (size_t i = 0; i < n; ++i) {
     auto to = from + static_cast<std::ptrdiff_t>(wire::load_le(counts.data() + 4 * i, 4));
-    if (!park_tagged(r, r.word + static_cast<uint32_t>(i), from, to)) return false;
+    const std::vector<std::string> keys(std::make_move_iterator(from), std::make_move_iterator(to));
+    if (!park_tagged(r, r.word + static_cast<uint32_t>(i), keys)) return false;
     from = to;
   }
   return true;
 }
 
-// One tagged wait (WAIT_TAGGED on [from, to), or BARRIER_TAGGED): released now, or parked.
-bool Session::park_tagged(Request& r, uint32_t tag, std::vector<std::string>::iterator from,
-                          std::vector<std::string>::iterator to) {
+// One tagged wait (a WAIT_TAGGED on `keys`, or the BARRIER_TAGGED `r`): released now, or parked.
+bool Session::park_tagged(const Request& r, uint32_t tag, const std::vector<std::string>& keys) {
   Mux& mux = *mux_;
   if (mux.waits.count(tag) != 0) {
     return fail("tag " + std::to_string(tag) + " of a wait that is still parked");
@@ -204,7 +204,6 @@ bool Session::park_tagged(Request& r, uint32_t tag, std::vector<std::string>::it
   auto wait = std::make_unique<TaggedWait>(*this, tag);
   bool released = false;
   if (r.op != Op::kBarrierTagged) {
-    std::vector<std::string> keys(std::make_move_iterator(from), std::make_move_iterator(to));
     released = state_.wait(keys, *wait);
   } else {
     switch (state_.barrier(r.keys[0], r.integer, *wait)) {
