@@ -131,53 +131,61 @@ asio::awaitable<void> CheckpointReplicas::serve(tcp::socket socket) {
     const int rank = req.at("rank").get<int>();
     const std::string op = req.at("op").get<std::string>();
     if (op == "put") {
-      const std::string name = req.at("name").get<std::string>();
-      const uint64_t size = req.at("size").get<uint64_t>();
-      std::string reply = "OK\n";
-      std::string dir = dir_ + "/.replicas/" + std::to_string(rank);
-      if (!is_checkpoint_name(name) || name.find('/') != std::string::npos || rank < 0) {
-        co_return;
-      }
-      if (bytes_under(dir_ + "/.replicas") + size > limit_) {
-        reply = "NO it would pass this node's bound for replicas\n";
-        co_await asio::async_write(socket, asio::buffer(reply), asio::use_awaitable);
-        co_return;
-      }
-      const int round = req.value("round", -1);
-      std::error_code ec;
-      // Replicas two rounds older than this push are of no use to any restore now.
-      for (const auto& e : fs::directory_iterator(dir_ + "/.replicas", ec)) {
-        if (e.path() != fs::path(dir) && stamp_of(e.path().string()) < round - 1) {
-          fs::remove_all(e.path(), ec);
-        }
-      }
-      fs::create_directories(dir, ec);
-      co_await receive_file(socket, buf, size, dir + "/" + name);
-      if (stamp_of(dir) != round) set_stamp(dir, round);
-      co_await asio::async_write(socket, asio::buffer(reply), asio::use_awaitable);
+      co_await serve_put(socket, buf, rank, req.at("name").get<std::string>(),
+                         req.at("size").get<uint64_t>(), req.value("round", -1));
     } else if (op == "get") {
-      std::string from = files_of(rank);
-      const int stamp = from.empty() ? -1 : from == dir_ ? round_ : stamp_of(from);
-      std::string round_line = json{{"round", stamp}}.dump() + "\n";
-      co_await asio::async_write(socket, asio::buffer(round_line), asio::use_awaitable);
-      std::error_code ec;
-      if (!from.empty()) {
-        for (const auto& e : fs::directory_iterator(from, ec)) {
-          const std::string name = e.path().filename().string();
-          if (!e.is_regular_file() || !is_checkpoint_name(name)) continue;
-          sys::UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
-          struct stat st {};
-          if (!fd || ::fstat(fd.get(), &st) != 0) continue;
-          std::string head = json{{"name", name}, {"size", st.st_size}}.dump() + "\n";
-          co_await asio::async_write(socket, asio::buffer(head), asio::use_awaitable);
-          co_await send_file(socket, fd.get(), static_cast<uint64_t>(st.st_size));
-        }
-      }
-      co_await asio::async_write(socket, asio::buffer(std::string("END\n")), asio::use_awaitable);
+      co_await serve_get(socket, rank);
     }
   } catch (const std::exception&) {
     // A malformed or broken request: that connection closes, nothing else happens.
   }
+}
+
+asio::awaitable<void> CheckpointReplicas::serve_put(tcp::socket& socket, asio::streambuf& buf,
+                                                    int rank, const std::string& name,
+                                                    uint64_t size, int round) {
+  std::string reply = "OK\n";
+  std::string dir = dir_ + "/.replicas/" + std::to_string(rank);
+  if (!is_checkpoint_name(name) || name.find('/') != std::string::npos || rank < 0) {
+    co_return;
+  }
+  if (bytes_under(dir_ + "/.replicas") + size > limit_) {
+    reply = "NO it would pass this node's bound for replicas\n";
+    co_await asio::async_write(socket, asio::buffer(reply), asio::use_awaitable);
+    co_return;
+  }
+  std::error_code ec;
+  // Replicas two rounds older than this push are of no use to any restore now.
+  for (const auto& e : fs::directory_iterator(dir_ + "/.replicas", ec)) {
+    if (e.path() != fs::path(dir) && stamp_of(e.path().string()) < round - 1) {
+      fs::remove_all(e.path(), ec);
+    }
+  }
+  fs::create_directories(dir, ec);
+  co_await receive_file(socket, buf, size, dir + "/" + name);
+  if (stamp_of(dir) != round) set_stamp(dir, round);
+  co_await asio::async_write(socket, asio::buffer(reply), asio::use_awaitable);
+}
+
+asio::awaitable<void> CheckpointReplicas::serve_get(tcp::socket& socket, int rank) {
+  std::string from = files_of(rank);
+  const int stamp = from.empty() ? -1 : from == dir_ ? round_ : stamp_of(from);
+  std::string round_line = json{{"round", stamp}}.dump() + "\n";
+  co_await asio::async_write(socket, asio::buffer(round_line), asio::use_awaitable);
+  std::error_code ec;
+  if (!from.empty()) {
+    for (const auto& e : fs::directory_iterator(from, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || !is_checkpoint_name(name)) continue;
+      sys::UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
+      struct stat st {};
+      if (!fd || ::fstat(fd.get(), &st) != 0) continue;
+      std::string head = json{{"name", name}, {"size", st.st_size}}.dump() + "\n";
+      co_await asio::async_write(socket, asio::buffer(head), asio::use_awaitable);
+      co_await send_file(socket, fd.get(), static_cast<uint64_t>(st.st_size));
+    }
+  }
+  co_await asio::async_write(socket, asio::buffer(std::string("END\n")), asio::use_awaitable);
 }
 
 asio::awaitable<void> CheckpointReplicas::watch_loop() {

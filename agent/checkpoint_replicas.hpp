@@ -38,6 +38,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
 #include <memory>
 #include <set>
 #include <string>
@@ -77,6 +78,11 @@ class CheckpointReplicas {
   };
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> serve(boost::asio::ip::tcp::socket socket);
+  // One request each: a replica pushed here, a rank's files sent back.
+  boost::asio::awaitable<void> serve_put(boost::asio::ip::tcp::socket& socket,
+                                         boost::asio::streambuf& buf, int rank,
+                                         const std::string& name, uint64_t size, int round);
+  boost::asio::awaitable<void> serve_get(boost::asio::ip::tcp::socket& socket, int rank);
   boost::asio::awaitable<void> watch_loop();
   boost::asio::awaitable<void> push_loop();
   boost::asio::awaitable<std::string> push(const std::string& name);

@@ -79,15 +79,10 @@ TEST(Failure, RootCauseIsEarliestThenFirstObserved) {
   EXPECT_EQ(root_cause(fs).global_rank, 2);
 }
 
-TEST(Failure, SignalNames) {
-  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+TEST(Failure, ExitStatusText) {
   EXPECT_EQ(ExitStatus::exec_failed(ENOENT).shell_code(), 127);
   EXPECT_EQ(ExitStatus::exited(4).describe(), "exited with 4");
   EXPECT_EQ(ExitStatus::signaled(SIGKILL).describe(), "was killed by SIGKILL");
-  EXPECT_EQ(signal_number("SIGUSR1"), SIGUSR1);
-  EXPECT_EQ(signal_number("TERM"), SIGTERM);
-  EXPECT_EQ(signal_number("15"), 15);
-  EXPECT_FALSE(signal_number("SIGNOPE"));
 }
 
 TEST(Summary, TorchrunLayout) {

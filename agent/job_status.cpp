@@ -26,10 +26,8 @@ void counter(PrometheusText& t, const char* name, const char* help, double value
   t.sample(name, value);
 }
 
-}  // namespace
-
-std::string render_metrics(const JobStatus& s) {
-  PrometheusText t;
+// The job's and this node's counters and gauges.
+void job_metrics(PrometheusText& t, const JobStatus& s) {
   counter(t, "ddprun_restarts_total", "Restarts of the worker group spent from the job's budget",
           s.restart_count);
   counter(t, "ddprun_reformations_total",
@@ -60,33 +58,48 @@ std::string render_metrics(const JobStatus& s) {
   }
   gauge(t, "ddprun_healthy", "1 while the worker group runs or starts, 0 when it failed or hangs",
         s.healthy ? 1 : 0);
+}
 
+// One gauge family with a sample per worker that has `value` (labels: local_rank, rank).
+template <typename Value>
+void per_worker(PrometheusText& t, const char* name, const char* help, const JobStatus& s,
+                Value value) {
+  t.family(name, "gauge", help);
+  for (const auto& w : s.workers) {
+    std::optional<double> v = value(w);
+    if (!v) continue;
+    t.sample(name, *v,
+             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
+  }
+}
+
+void worker_metrics(PrometheusText& t, const JobStatus& s) {
   t.family("ddprun_workers", "gauge", "This node's workers of the current attempt, by state");
   for (const char* state : {"running", "succeeded", "failed", "hung"}) {
     int n = 0;
     for (const auto& w : s.workers) n += w.state == state ? 1 : 0;
     t.sample("ddprun_workers", n, {{"state", state}});
   }
-  t.family("ddprun_heartbeat_age_seconds", "gauge",
-           "Seconds since each worker's last heartbeat (workers that have beaten this attempt)");
-  for (const auto& w : s.workers) {
-    if (!w.heartbeat_age_s) continue;
-    t.sample("ddprun_heartbeat_age_seconds", *w.heartbeat_age_s,
-             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
-  }
-  t.family("ddprun_worker_rss_bytes", "gauge", "Each running worker's resident set now");
-  for (const auto& w : s.workers) {
-    if (!w.rss_bytes) continue;
-    t.sample("ddprun_worker_rss_bytes", static_cast<double>(w.rss_bytes),
-             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
-  }
-  t.family("ddprun_worker_peak_rss_bytes", "gauge",
-           "Each worker's peak resident set (of this attempt; at its exit once it exited)");
-  for (const auto& w : s.workers) {
-    if (!w.peak_rss_bytes) continue;
-    t.sample("ddprun_worker_peak_rss_bytes", static_cast<double>(w.peak_rss_bytes),
-             {{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
-  }
+  // Byte counts of 0 are unknown: no sample.
+  auto bytes = [](uint64_t b) {
+    return b ? std::optional<double>(static_cast<double>(b)) : std::nullopt;
+  };
+  per_worker(t, "ddprun_heartbeat_age_seconds",
+             "Seconds since each worker's last heartbeat (workers that have beaten this attempt)",
+             s, [](const WorkerStatus& w) { return w.heartbeat_age_s; });
+  per_worker(t, "ddprun_worker_rss_bytes", "Each running worker's resident set now", s,
+             [&](const WorkerStatus& w) { return bytes(w.rss_bytes); });
+  per_worker(t, "ddprun_worker_peak_rss_bytes",
+             "Each worker's peak resident set (of this attempt; at its exit once it exited)", s,
+             [&](const WorkerStatus& w) { return bytes(w.peak_rss_bytes); });
+}
+
+}  // namespace
+
+std::string render_metrics(const JobStatus& s) {
+  PrometheusText t;
+  job_metrics(t, s);
+  worker_metrics(t, s);
   return t.str();
 }
 

@@ -3,13 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/sys/path_search.hpp"
+
 namespace ddprun::launcher {
 namespace {
-
-bool is_executable_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -38,15 +35,10 @@ WorkerCommand python_command(const LaunchConfig& c, const GetEnv& getenv) {
 }  // namespace
 
 std::string find_executable(const std::string& name, const GetEnv& getenv) {
-  if (name.empty()) return "";
-  if (name.find('/') != std::string::npos) return is_executable_file(name) ? name : "";
   auto path = getenv("PATH");
-  std::string dirs = path ? *path : "/usr/local/bin:/usr/bin:/bin";
-  for (const auto& dir : split(dirs, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (is_executable_file(candidate)) return candidate;
-  }
-  return "";
+  return sys::find_on_path(name, path ? *path : "/usr/local/bin:/usr/bin:/bin",
+                           sys::EmptyEntry::kCurrentDirectory)
+      .value_or("");
 }
 
 WorkerCommand resolve_entrypoint(const LaunchConfig& c, const GetEnv& getenv) {
@@ -66,7 +58,7 @@ WorkerCommand resolve_entrypoint(const LaunchConfig& c, const GetEnv& getenv) {
   cmd.name = entry;
   cmd.program = find_executable(entry, getenv);
   if (cmd.program.empty() && entry.find('/') == std::string::npos &&
-      is_executable_file("./" + entry)) {
+      sys::is_executable_file("./" + entry)) {
     cmd.program = "./" + entry;  // an executable in the current directory, as torchrun finds it
   }
   if (!cmd.program.empty()) return cmd;

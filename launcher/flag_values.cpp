@@ -8,6 +8,7 @@
 
 #include "agent/failure.hpp"
 #include "launcher/cli_parser.hpp"
+#include "store/sys/signal_names.hpp"
 
 namespace ddprun::launcher::flag_values {
 namespace {
@@ -218,7 +219,7 @@ void signals_to_handle(LaunchConfig& c, const FlagValue& v) {
     std::string sig = item;
     while (!sig.empty() && sig.front() == ' ') sig.erase(0, 1);
     while (!sig.empty() && sig.back() == ' ') sig.pop_back();
-    auto n = sig.starts_with("SIG") ? agent::signal_number(sig) : std::nullopt;
+    auto n = sig.starts_with("SIG") ? sys::signal_number(sig) : std::nullopt;
     if (!n) fail(v, "'" + sig + "' is not a signal name like SIGTERM");
     if (*n == SIGKILL || *n == SIGSTOP) fail(v, sig + " cannot be handled");
     c.signals.push_back(*n);

@@ -1,5 +1,6 @@
-// StoreProxy's implementation (proxy.hpp), shared by proxy.cpp (clients, pass-through, the
-// lanes' bookkeeping) and proxy_lanes.cpp (sending a lane's group and answering its members).
+// StoreProxy's implementation (proxy.hpp), shared by proxy.cpp (clients, the lanes'
+// bookkeeping), proxy_requests.cpp (what each request becomes) and proxy_lanes.cpp (sending a
+// lane's group and answering its members).
 // Internal to store/.
 #pragma once
 
@@ -19,6 +20,11 @@
 #include "store/proxy_upstream.hpp"
 
 namespace ddprun::store {
+
+namespace proxy {
+// A request in the 2.x numbering, its fields as the store expects them (op_spec).
+std::string encode(const Request& r);
+}  // namespace proxy
 
 class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
  public:
@@ -57,6 +63,8 @@ class StoreProxy::Impl : public std::enable_shared_from_this<Impl> {
 
   void accept();
   void issue(proxy::LocalClient& client, Request& request);
+  // The requests the proxy answers itself (VALIDATE, PING, AUTH, ...): true when `request` was one.
+  bool answer_here(proxy::LocalClient& client, Request& request);
   void pass_through(proxy::LocalClient& client, Request& request);
   void join(Kind kind, std::string lane, proxy::LocalClient& client, Request& request);
   void cancel_wait(const std::string& lane, const std::shared_ptr<proxy::Slot>& slot);

@@ -102,4 +102,11 @@ std::string str_bytes(std::string_view v) {
   return s;
 }
 
+uint16_t RawConn::local_port() const {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
 }  // namespace ddprun::store::test

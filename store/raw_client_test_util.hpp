@@ -22,6 +22,7 @@ class RawConn {
   // arrive first are discarded.
   bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(20));
   int fd() const { return fd_.get(); }
+  uint16_t local_port() const;  // this end's port (IPv4)
 
  private:
   sys::UniqueFd fd_;

@@ -21,12 +21,12 @@
 #include <thread>
 
 #include "agent/etcd/etcd_client.hpp"
+#include "agent/etcd/etcd_test_util.hpp"
 #include "agent/etcd/lease_revoke.hpp"
 #include "agent/rendezvous/etcd_store.hpp"
 #include "store/client.hpp"
 #include "store/sys/temp_dir.hpp"
 
-extern char** environ;
 
 namespace ddprun {
 namespace {
@@ -36,113 +36,10 @@ using namespace std::chrono_literals;
 using agent::EtcdStore;
 using agent::EtcdStoreOptions;
 using etcd::Clock;
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// Runs one coroutine on a fresh io_context to its end; rethrows what it threw.
-template <typename T>
-T run(std::function<asio::awaitable<T>(asio::io_context&)> f, std::chrono::seconds limit = 60s) {
-  asio::io_context io;
-  std::promise<T> result;
-  asio::co_spawn(io, f(io), [&](std::exception_ptr e, T v) {
-    if (e) {
-      result.set_exception(e);
-    } else {
-      result.set_value(std::move(v));
-    }
-  });
-  io.run_for(limit);
-  auto fut = result.get_future();
-  if (fut.wait_for(0s) != std::future_status::ready) ADD_FAILURE() << "coroutine did not finish";
-  return fut.get();
-}
-
-class Etcd {
- public:
-  Etcd() : dir_("ddprun-etcd-test-") {
-    client_port_ = free_port();
-    peer_port_ = free_port();
-    const std::string c = "http://127.0.0.1:" + std::to_string(client_port_);
-    const std::string p = "http://127.0.0.1:" + std::to_string(peer_port_);
-    std::vector<std::string> args = {"etcd", "--name", "t", "--data-dir", dir_.path() + "/data",
-                                     "--listen-client-urls", c, "--advertise-client-urls", c,
-                                     "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
-                                     "--initial-cluster", "t=" + p, "--heartbeat-interval", "50",
-                                     "--election-timeout", "500", "--log-level", "error"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // etcd 3.4 logs raft's progress whatever --log-level says: into a file, not the test's output.
-    posix_spawn_file_actions_t files;
-    ::posix_spawn_file_actions_init(&files);
-    const std::string log = dir_.path() + "/etcd.log";
-    ::posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::posix_spawn_file_actions_adddup2(&files, 1, 2);
-    if (::posix_spawnp(&pid_, "etcd", &files, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    ::posix_spawn_file_actions_destroy(&files);
-  }
-  ~Etcd() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  bool started() const { return pid_ > 0; }
-  uint16_t port() const { return client_port_; }
-  etcd::Options options() const {
-    etcd::Options o;
-    o.endpoints = {{"127.0.0.1", client_port_}};
-    o.attempt_timeout = 2s;
-    return o;
-  }
-  // Waits until etcd answers a read.
-  bool ready() {
-    return run<bool>([this](asio::io_context& io) -> asio::awaitable<bool> {
-      etcd::EtcdClient c(io.get_executor(), options());
-      co_await c.range("x", "", Clock::now() + 30s);
-      co_return true;
-    });
-  }
-
- private:
-  sys::TempDir dir_;
-  pid_t pid_ = -1;
-  uint16_t client_port_ = 0, peer_port_ = 0;
-};
-
-class EtcdTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    etcd_ = new Etcd();
-    ASSERT_TRUE(etcd_->started()) << "cannot start etcd: install Debian's etcd-server";
-    ASSERT_TRUE(etcd_->ready());
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-  EtcdStoreOptions store_options(const std::string& prefix) const {
-    EtcdStoreOptions o;
-    o.client = etcd_->options();
-    o.job_prefix = prefix;
-    o.op_timeout = 10s;
-    o.lease_ttl = 2s;
-    o.keep_alive_every = 500ms;
-    return o;
-  }
-  static Etcd* etcd_;
-};
-Etcd* EtcdTest::etcd_ = nullptr;
+using test::Etcd;
+using test::EtcdTest;
+using test::free_port;
+using test::run;
 
 TEST(EtcdText, Base64RoundTripsEveryByte) {
   std::string all;
@@ -181,13 +78,14 @@ TEST_F(EtcdTest, AddCompareSetAndReadsKeepTheStoreSemantics) {
     EXPECT_EQ(co_await s.add("/t1/n", 5), 5);
     EXPECT_EQ(co_await s.add("/t1/n", -2), 3);
     EXPECT_EQ(co_await s.add("/t1/n", 0), 3);
-    EXPECT_EQ(co_await s.compare_set("/t1/c", "", "a"), "a");   // absent matches ""
-    EXPECT_EQ(co_await s.compare_set("/t1/c", "", "b"), "a");   // present: unchanged
+    EXPECT_EQ(co_await s.compare_set("/t1/c", "", "a"), "a");  // absent matches ""
+    EXPECT_EQ(co_await s.compare_set("/t1/c", "", "b"), "a");  // present: unchanged
     EXPECT_EQ(co_await s.compare_set("/t1/c", "a", "b"), "b");
     EXPECT_EQ(co_await s.compare_set("/t1/d", "x", "y"), "x");  // absent, expected not ""
     std::vector<std::string> cd{"/t1/c", "/t1/d"};
     EXPECT_FALSE(co_await s.check(cd));
-    std::vector<std::pair<std::string, std::string>> kvs{{"/t1/d", "1"}, {"/t1/e", std::string("\0\xff", 2)}};
+    std::vector<std::pair<std::string, std::string>> kvs{{"/t1/d", "1"},
+                                                         {"/t1/e", std::string("\0\xff", 2)}};
     co_await s.multi_set(kvs);
     EXPECT_TRUE(co_await s.check(cd));
     std::vector<std::string> keys{"/t1/c", "/t1/e", "/t1/none"};
@@ -214,10 +112,13 @@ TEST_F(EtcdTest, ConcurrentAddsFromManyClientsSumExactly) {
     std::vector<int64_t> got;
     int done = 0;
     for (auto& s : stores) {
-      asio::co_spawn(io, [&, st = s.get()]() -> asio::awaitable<void> {
-        got.push_back(co_await st->add("/t2/join", 1));
-        ++done;
-      }, asio::detached);
+      asio::co_spawn(
+          io,
+          [&, st = s.get()]() -> asio::awaitable<void> {
+            got.push_back(co_await st->add("/t2/join", 1));
+            ++done;
+          },
+          asio::detached);
     }
     asio::steady_timer t(io);
     while (done < kClients) {
@@ -240,13 +141,16 @@ TEST_F(EtcdTest, WaitTimesOutThenWakesOnAnotherClientsWrite) {
     EXPECT_GE(Clock::now() - t0, 300ms);
     std::vector<std::pair<std::string, std::string>> x{{"/t3/x", "1"}};
     co_await b.multi_set(x);
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      asio::steady_timer t(io);
-      t.expires_after(200ms);
-      co_await t.async_wait(asio::use_awaitable);
-      std::string key = "/t3/y", expected, desired = "2";
-      co_await b.compare_set(key, expected, desired);
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer t(io);
+          t.expires_after(200ms);
+          co_await t.async_wait(asio::use_awaitable);
+          std::string key = "/t3/y", expected, desired = "2";
+          co_await b.compare_set(key, expected, desired);
+        },
+        asio::detached);
     t0 = Clock::now();
     EXPECT_TRUE(co_await a.wait(keys, 10s));
     EXPECT_LT(Clock::now() - t0, 5s);
@@ -341,14 +245,17 @@ TEST_F(EtcdTest, FailsOverPastDeadAndGarbageMembers) {
   const uint16_t fake_port = fake.local_endpoint().port();
   std::atomic<int> garbage_served{0};
   std::thread fake_thread([&] {
-    asio::co_spawn(fake_io, [&]() -> asio::awaitable<void> {
-      for (;;) {
-        auto sock = co_await fake.async_accept(asio::use_awaitable);
-        std::string junk = "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{\"kvs\":[[";
-        co_await asio::async_write(sock, asio::buffer(junk), asio::use_awaitable);
-        ++garbage_served;
-      }
-    }, asio::detached);
+    asio::co_spawn(
+        fake_io,
+        [&]() -> asio::awaitable<void> {
+          for (;;) {
+            auto sock = co_await fake.async_accept(asio::use_awaitable);
+            std::string junk = "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{\"kvs\":[[";
+            co_await asio::async_write(sock, asio::buffer(junk), asio::use_awaitable);
+            ++garbage_served;
+          }
+        },
+        asio::detached);
     fake_io.run_for(30s);
   });
   const uint16_t dead = free_port();
@@ -405,12 +312,15 @@ TEST_F(EtcdTest, StoreErrorsNameTheProblem) {
   // close() ends a wait in progress.
   run<bool>([this](asio::io_context& io) -> asio::awaitable<bool> {
     EtcdStore s(io.get_executor(), store_options("/t8/"));
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      asio::steady_timer t(io);
-      t.expires_after(200ms);
-      co_await t.async_wait(asio::use_awaitable);
-      s.close();
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer t(io);
+          t.expires_after(200ms);
+          co_await t.async_wait(asio::use_awaitable);
+          s.close();
+        },
+        asio::detached);
     std::vector<std::string> k{"/t8/never"};
     try {
       co_await s.wait(k, 0ms);

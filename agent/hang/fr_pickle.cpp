@@ -154,7 +154,11 @@ class Reader {
     push(it->second);
   }
 
+  // One opcode; each *_op returns false for an opcode of another group.
   void step(uint8_t op);
+  bool scalar_op(uint8_t op);
+  bool memo_op(uint8_t op);
+  bool container_op(uint8_t op);
 
   std::string_view data_;
   size_t pos_ = 0;
@@ -163,6 +167,14 @@ class Reader {
 };
 
 void Reader::step(uint8_t op) {
+  if (scalar_op(op) || memo_op(op) || container_op(op)) return;
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", op);
+  fail(std::string("unsupported pickle opcode ") + hex);
+}
+
+// PROTO and FRAME, and the opcodes that push one value (None, bools, numbers, strings).
+bool Reader::scalar_op(uint8_t op) {
   switch (op) {
     case 0x80:
       byte();
@@ -170,18 +182,6 @@ void Reader::step(uint8_t op) {
     case 0x95:
       little(8);
       break;  // FRAME
-    case '(':
-      stack_.push_back(nullptr);
-      break;  // MARK
-    case '}':
-      push(make(Node::Kind::kDict));
-      break;  // EMPTY_DICT
-    case ']':
-      push(make(Node::Kind::kList));
-      break;  // EMPTY_LIST
-    case ')':
-      push(tuple({}));
-      break;  // EMPTY_TUPLE
     case 'N':
       push(scalar(Node::Kind::kNone));
       break;  // NONE
@@ -225,6 +225,15 @@ void Reader::step(uint8_t op) {
       push(s);
       break;
     }
+    default:
+      return false;
+  }
+  return true;
+}
+
+// The memo: values put aside by index and pushed again.
+bool Reader::memo_op(uint8_t op) {
+  switch (op) {
     case 'q':
       memo_put(byte());
       break;  // BINPUT
@@ -240,6 +249,27 @@ void Reader::step(uint8_t op) {
     case 'j':
       memo_get(little(4));
       break;  // LONG_BINGET
+    default:
+      return false;
+  }
+  return true;
+}
+
+// MARK, tuples, lists and dicts.
+bool Reader::container_op(uint8_t op) {
+  switch (op) {
+    case '(':
+      stack_.push_back(nullptr);
+      break;  // MARK
+    case '}':
+      push(make(Node::Kind::kDict));
+      break;  // EMPTY_DICT
+    case ']':
+      push(make(Node::Kind::kList));
+      break;  // EMPTY_LIST
+    case ')':
+      push(tuple({}));
+      break;  // EMPTY_TUPLE
     case 0x85:
       push(tuple({pop()}));
       break;      // TUPLE1
@@ -279,12 +309,10 @@ void Reader::step(uint8_t op) {
       for (size_t k = 0; k < items.size(); k += 2) dict.emplace_back(items[k], items[k + 1]);
       break;
     }
-    default: {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", op);
-      fail(std::string("unsupported pickle opcode ") + hex);
-    }
+    default:
+      return false;
   }
+  return true;
 }
 
 }  // namespace

@@ -68,6 +68,9 @@ int run_child(void* arg) {
   // ptracer also admits its children, the stack dump tools (stack_dump.hpp). The setting
   // survives execve. EINVAL without Yama: ignored.
   (void)::prctl(PR_SET_PTRACER, a.parent, 0, 0, 0);
+  if (req.stdin_fd >= 0 && ::dup2(req.stdin_fd, STDIN_FILENO) < 0) {
+    child_fail(exec_error_fd, "dup2", req.path);
+  }
   if (req.stdout_fd >= 0 && ::dup2(req.stdout_fd, STDOUT_FILENO) < 0) {
     child_fail(exec_error_fd, "dup2", req.path);
   }

@@ -39,6 +39,7 @@ struct SpawnRequest {
   const char* path = nullptr;   // execve path (already resolved)
   char* const* argv = nullptr;  // null-terminated
   char* const* envp = nullptr;  // null-terminated
+  int stdin_fd = -1;            // dup2'd onto 0 when >= 0, else inherited
   int stdout_fd = -1;           // dup2'd onto 1 when >= 0, else inherited
   int stderr_fd = -1;           // dup2'd onto 2 when >= 0, else inherited
   // Signals whose disposition the agent changed (handled or ignored): back to SIG_DFL.

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "store/sys/signal_names.hpp"
+
 namespace ddprun::agent {
 
 struct ExitStatus {
@@ -36,9 +38,7 @@ struct ExitStatus {
   bool operator==(const ExitStatus&) const = default;
 };
 
-// "SIGKILL" for 9, "SIGNAL 77" for unknown numbers.
-std::string signal_name(int signo);
-// 15 for "SIGTERM" (also accepts "TERM" and numbers); nullopt if unknown.
-std::optional<int> signal_number(std::string_view name);
+using sys::signal_name;  // the agent's messages name signals as the rest of ddprun does
+using sys::signal_number;
 
 }  // namespace ddprun::agent

@@ -23,6 +23,7 @@
 #include "agent/process/proc_stat.hpp"
 #include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
+#include "store/sys/signal_names.hpp"
 
 extern char** environ;
 
@@ -52,9 +53,10 @@ void retitle() {
   std::memcpy(start, title.data(), std::min(title.size(), room - 1));
 }
 
-// The guardian's whole life: a single-threaded process (executed afresh, or forked from a
-// ddprun that had no other thread).
-[[noreturn]] void guardian_main(int read_fd, Guardian::ExitAction action) {
+// A session of its own, its name, every signal but SIGKILL/SIGSTOP/SIGCHLD ignored, stdio on
+// /dev/null, and only the pipe (as fd 3) kept: a guardian holding ddprun's stdout open would
+// delay EOF for readers.
+void become_guardian(int read_fd) {
   ::setsid();
   ::prctl(PR_SET_NAME, kName);
   retitle();
@@ -67,15 +69,51 @@ void retitle() {
     ::dup2(devnull, 1);
     ::dup2(devnull, 2);
   }
-  // Keep only the pipe: a guardian holding ddprun's stdout open would delay EOF for readers.
   if (read_fd != 3) ::dup2(read_fd, 3);
   ::syscall(SYS_close_range, 4, ~0U, 0);
+}
 
-  // Records: int32 > 0 watches a process group, < 0 unwatches it; 0 and kRemoveRecord are
-  // followed by an int32 length and that many bytes: the exit request, the directory to remove.
+// What ddprun told the guardian so far.
+struct Orders {
   std::vector<pid_t> groups;
   std::string exit_request;
   std::string remove_dir;
+};
+
+// Records: int32 > 0 watches a process group, < 0 unwatches it; 0 and kRemoveRecord are
+// followed by an int32 length and that many bytes: the exit request, the directory to remove.
+// Applies the whole records at the front of `in` and returns how many bytes they took.
+size_t apply_records(const std::string& in, Orders& orders) {
+  size_t at = 0;
+  for (;;) {
+    int32_t r;
+    if (in.size() - at < sizeof r) break;
+    std::memcpy(&r, in.data() + at, sizeof r);
+    if (r == 0 || r == kRemoveRecord) {
+      int32_t len;
+      if (in.size() - at < 2 * sizeof r) break;
+      std::memcpy(&len, in.data() + at + sizeof r, sizeof len);
+      if (len < 0 || in.size() - at - 2 * sizeof r < static_cast<size_t>(len)) break;
+      (r == 0 ? orders.exit_request : orders.remove_dir)
+          .assign(in, at + 2 * sizeof r, static_cast<size_t>(len));
+      at += 2 * sizeof r + static_cast<size_t>(len);
+      continue;
+    }
+    if (r > 0) {
+      orders.groups.push_back(r);
+    } else {
+      std::erase(orders.groups, -r);
+    }
+    at += sizeof r;
+  }
+  return at;
+}
+
+// The guardian's whole life: a single-threaded process (executed afresh, or forked from a
+// ddprun that had no other thread).
+[[noreturn]] void guardian_main(int read_fd, Guardian::ExitAction action) {
+  become_guardian(read_fd);
+  Orders orders;
   std::string in;
   char buf[4096];
   for (;;) {
@@ -83,38 +121,16 @@ void retitle() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EOF: ddprun is gone
     in.append(buf, static_cast<size_t>(n));
-    size_t at = 0;
-    for (;;) {
-      int32_t r;
-      if (in.size() - at < sizeof r) break;
-      std::memcpy(&r, in.data() + at, sizeof r);
-      if (r == 0 || r == kRemoveRecord) {
-        int32_t len;
-        if (in.size() - at < 2 * sizeof r) break;
-        std::memcpy(&len, in.data() + at + sizeof r, sizeof len);
-        if (len < 0 || in.size() - at - 2 * sizeof r < static_cast<size_t>(len)) break;
-        (r == 0 ? exit_request : remove_dir)
-            .assign(in, at + 2 * sizeof r, static_cast<size_t>(len));
-        at += 2 * sizeof r + static_cast<size_t>(len);
-        continue;
-      }
-      if (r > 0) {
-        groups.push_back(r);
-      } else {
-        std::erase(groups, -r);
-      }
-      at += sizeof r;
-    }
-    in.erase(0, at);
+    in.erase(0, apply_records(in, orders));
   }
   // The exit request first (within 1 s): the other nodes then learn of this node's end
   // (its etcd lease revoked) before its workers' sockets close under their collectives,
   // which would count as a worker failure and spend a restart.
-  if (action && !exit_request.empty()) action(exit_request, std::chrono::seconds(1));
-  for (pid_t g : groups) ::kill(-g, SIGKILL);
-  if (!remove_dir.empty()) {
+  if (action && !orders.exit_request.empty()) action(orders.exit_request, std::chrono::seconds(1));
+  for (pid_t g : orders.groups) ::kill(-g, SIGKILL);
+  if (!orders.remove_dir.empty()) {
     std::error_code ignored;
-    std::filesystem::remove_all(remove_dir, ignored);
+    std::filesystem::remove_all(orders.remove_dir, ignored);
   }
   ::_exit(0);
 }
@@ -208,7 +224,7 @@ void Guardian::on_exit() {
   }
   const pid_t old = pid_;
   const std::string how = WIFSIGNALED(status)
-                              ? std::string("was killed (") + ::sigabbrev_np(WTERMSIG(status)) + ")"
+                              ? "was killed (" + sys::signal_name(WTERMSIG(status)) + ")"
                               : "exited with " + std::to_string(WEXITSTATUS(status));
   // One that died at once was not working: an executed one is retried as a plain copy of
   // ddprun (the binary /proc/self/exe names may be a wrapper's, valgrind's or ld.so's); a

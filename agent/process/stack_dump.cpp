@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,6 +26,7 @@
 #include "agent/process/proc_stat.hpp"
 #include "agent/process/stack_text.hpp"
 #include "store/sys/fd.hpp"
+#include "store/sys/path_search.hpp"
 
 namespace ddprun::agent {
 
@@ -50,79 +50,29 @@ struct Tool {
   bool ptraces = true;  // attaches (stops the worker for a moment), unlike py-spy --nonblocking
 };
 
-// A running tool and its process group (its own session), until reaped. Destroying one that
-// was not reaped SIGKILLs the group and reaps it (blocking; SIGKILL is immediate).
-class ToolProcess {
- public:
-  ~ToolProcess() {
-    if (pid_ <= 0 || reaped_) return;
-    kill_group();
-    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+// Starts a tool (argv[0] a path) the way the agent starts workers (child_process.hpp): its own
+// session, killed with the agent, stdin on /dev/null, stdout and stderr on `out_fd`, no other
+// descriptor, every signal at its default. Throws std::system_error when it cannot.
+ChildProcess start_tool(std::vector<std::string> argv, int out_fd) {
+  static const std::vector<int> every_signal = [] {
+    std::vector<int> all;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) all.push_back(sig);
     }
-  }
-
-  // Starts argv[0] (a path) with stdin on /dev/null, stdout and stderr on `out_fd`, no other
-  // descriptor, default signal dispositions, nothing blocked. Returns 0 or an errno (glibc's
-  // posix_spawn also reports a failed execve).
-  int start(std::vector<std::string> argv, int out_fd) {
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attr;
-    ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawnattr_init(&attr);
-    ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    ::posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-    ::posix_spawn_file_actions_adddup2(&actions, out_fd, STDERR_FILENO);
-#if __GLIBC_PREREQ(2, 34)
-    ::posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-#endif  // older: every descriptor ddprun opens is close-on-exec anyway
-    sigset_t none, all;
-    ::sigemptyset(&none);
-    ::sigfillset(&all);
-    ::posix_spawnattr_setsigmask(&attr, &none);
-    ::posix_spawnattr_setsigdefault(&attr, &all);
-    ::posix_spawnattr_setflags(&attr,
-                               POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    int err = ::posix_spawn(&pid_, args[0], &actions, &attr, args.data(), environ);
-    ::posix_spawnattr_destroy(&attr);
-    ::posix_spawn_file_actions_destroy(&actions);
-    if (err != 0) {
-      pid_ = -1;
-      return err;
-    }
-    int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    if (fd < 0) return errno;  // the destructor kills and reaps it
-    pidfd_ = sys::UniqueFd(fd);
-    return 0;
-  }
-
-  sys::UniqueFd take_pidfd() {
-    return std::move(pidfd_);
-  }
-  void kill_group() const {
-    if (pid_ <= 0 || reaped_) return;
-    if (::kill(-pid_, SIGKILL) != 0) ::kill(pid_, SIGKILL);
-  }
-
-  // Call once the pidfd was readable (or after kill_group). Kills what the tool left in its
-  // group while the unreaped leader still reserves the group id, then reaps.
-  ExitStatus reap() {
-    kill_group();
-    siginfo_t info{};
-    while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED) < 0 && errno == EINTR) {
-    }
-    reaped_ = true;
-    if (info.si_code == CLD_EXITED) return ExitStatus::exited(info.si_status);
-    return ExitStatus::signaled(info.si_status);
-  }
-
- private:
-  pid_t pid_ = -1;
-  sys::UniqueFd pidfd_;
-  bool reaped_ = false;
-};
+    return all;
+  }();
+  sys::UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  std::vector<char*> args = c_array(argv);
+  SpawnRequest req;
+  req.path = args[0];
+  req.argv = args.data();
+  req.envp = environ;
+  req.stdin_fd = null.get();
+  req.stdout_fd = out_fd;
+  req.stderr_fd = out_fd;
+  req.reset_signals = every_signal;
+  return ChildProcess::spawn(req);
+}
 
 // The worker, through a pidfd so that a signal can never reach a process that reused its pid.
 class Target {
@@ -167,28 +117,17 @@ std::string read_tail_from(int fd, off_t begin) {
   return out;
 }
 
-std::optional<std::string> find_on_path(const std::string& name, std::string_view search_path) {
-  while (!search_path.empty()) {
-    auto colon = search_path.find(':');
-    std::string dir(search_path.substr(0, colon));
-    search_path = colon == std::string_view::npos ? "" : search_path.substr(colon + 1);
-    if (dir.empty()) continue;  // "" means the current directory: never for a tool
-    std::string candidate = dir + "/" + name;
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-  }
-  return std::nullopt;
+// A tool ddprun runs on its own: never from the directory the job was started in.
+std::optional<std::string> find_tool(const std::string& name, std::string_view search_path) {
+  return sys::find_on_path(name, search_path, sys::EmptyEntry::kSkipped);
 }
 
 std::optional<Tool> native_tool(pid_t pid, std::string_view search_path) {
   const std::string p = std::to_string(pid);
-  if (auto eu = find_on_path("eu-stack", search_path)) {
+  if (auto eu = find_tool("eu-stack", search_path)) {
     return Tool{"eu-stack", {*eu, "-p", p}, "eu-stack -p " + p + " (native, every thread)"};
   }
-  if (auto gdb = find_on_path("gdb", search_path)) {
+  if (auto gdb = find_tool("gdb", search_path)) {
     return Tool{"gdb",
                 {*gdb, "-batch", "-nx", "-p", p, "-ex", "thread apply all bt"},
                 "gdb -batch -nx -p " + p + " -ex 'thread apply all bt' (native, every thread)"};
@@ -198,7 +137,7 @@ std::optional<Tool> native_tool(pid_t pid, std::string_view search_path) {
 
 std::optional<Tool> python_tool(pid_t pid, std::string_view search_path) {
   const std::string p = std::to_string(pid);
-  if (auto spy = find_on_path("py-spy", search_path)) {
+  if (auto spy = find_tool("py-spy", search_path)) {
     return Tool{"py-spy",
                 {*spy, "dump", "--pid", p, "--nonblocking"},
                 "py-spy dump --pid " + p + " --nonblocking (Python)",
@@ -231,14 +170,16 @@ asio::awaitable<ToolRun> run_tool(asio::any_io_executor ex, Tool tool, int file,
   append(file, "=== " + tool.title + " ===\n");
   const off_t begin = ::lseek(file, 0, SEEK_END);
   const char before = target.state();
-  ToolProcess proc;
-  if (int err = proc.start(tool.argv, file); err != 0) {
-    std::string note = "cannot run " + tool.argv[0] + ": " + ::strerror(err);
+  std::optional<ChildProcess> proc;
+  try {
+    proc.emplace(start_tool(tool.argv, file));
+  } catch (const std::system_error& e) {
+    std::string note = "cannot run " + tool.argv[0] + ": " + e.what();
     append(file, "=== " + note + " ===\n");
     notes.push_back(std::move(note));
     co_return run;
   }
-  asio::posix::stream_descriptor exited(ex, proc.take_pidfd().release());
+  asio::posix::stream_descriptor exited(ex, proc->take_pidfd().release());
   asio::steady_timer deadline(ex, timeout);
   bool timed_out = false;
   // A readiness is checked: it may be another descriptor's (ChildProcess::has_exited).
@@ -249,13 +190,13 @@ asio::awaitable<ToolRun> run_tool(asio::any_io_executor ex, Tool tool, int file,
     timed_out = first.index() == 1;
   }
   if (timed_out) {
-    proc.kill_group();
+    proc->signal_group(SIGKILL);
     while (!ChildProcess::has_exited(exited.native_handle())) {
       auto [ec] = co_await exited.async_wait(asio::posix::stream_descriptor::wait_read, kUseTuple);
       if (ec) break;
     }
   }
-  const ExitStatus status = proc.reap();
+  const ExitStatus status = proc->reap();
   run.output = read_tail_from(file, begin);
   run.success = !timed_out && status.success();
   std::string problem;

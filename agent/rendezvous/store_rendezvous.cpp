@@ -95,19 +95,7 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
   if (store_broken_) throw RendezvousError("lost the rendezvous store at " + endpoint());
   if (!protocol_) co_await connect();
   // This node's workers' store for the round, ready before anyone can pick it as rank 0.
-  proxy_.reset();
-  workers_store_.reset();
-  try {
-    store::ServerOptions opts;
-    opts.host = s_.workers_bind_host;
-    opts.port = 0;
-    opts.log_prefix = "[ddprun workers' store]";
-    workers_store_ = std::make_unique<store::Server>(io_, opts);
-    // No round yet: local clients only (the members are let in once the round forms).
-    workers_store_->set_allowed_peers(loopback_peers(), "not a member of a formed round");
-  } catch (const std::system_error& e) {
-    throw RendezvousError(std::string("cannot host the workers' store: ") + e.what());
-  }
+  host_workers_store();
   self_.nproc = local_world_size;
   self_.port = workers_store_->port();
   protocol_->set_self(self_);
@@ -139,8 +127,30 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
 
   RendezvousInfo info = info_for(f, protocol_->max_restarts());
   if (s_.store_proxy) start_proxy(info);
-  auto ms = std::chrono::duration_cast<Millis>(Clock::now() - started).count();
-  sys::log_line("rendezvous round " + std::to_string(f.round) + " of job '" + s_.run_id + "' (" +
+  log_round(info, f.round, first,
+            std::chrono::duration_cast<Millis>(Clock::now() - started).count());
+  co_return info;
+}
+
+void StoreRendezvous::host_workers_store() {
+  proxy_.reset();
+  workers_store_.reset();
+  try {
+    store::ServerOptions opts;
+    opts.host = s_.workers_bind_host;
+    opts.port = 0;
+    opts.log_prefix = "[ddprun workers' store]";
+    workers_store_ = std::make_unique<store::Server>(io_, opts);
+    // No round yet: local clients only (the members are let in once the round forms).
+    workers_store_->set_allowed_peers(loopback_peers(), "not a member of a formed round");
+  } catch (const std::system_error& e) {
+    throw RendezvousError(std::string("cannot host the workers' store: ") + e.what());
+  }
+}
+
+void StoreRendezvous::log_round(const RendezvousInfo& info, int round, bool first,
+                                long long ms) const {
+  sys::log_line("rendezvous round " + std::to_string(round) + " of job '" + s_.run_id + "' (" +
                 std::string(backend_name(s_.backend)) + ", " + endpoint() + ") " +
                 (first ? "formed" : "re-formed") + " in " + std::to_string(ms) + " ms: node rank " +
                 std::to_string(info.group_rank) + " of " + std::to_string(info.group_world_size) +
@@ -150,7 +160,6 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
                 (proxy_ ? ", workers through this node's store proxy on " +
                               sys::endpoint_text(info.master_addr, info.master_port)
                         : std::string()));
-  co_return info;
 }
 
 // --store-proxy: the round's workers' store behind a proxy on loopback, for this node's workers

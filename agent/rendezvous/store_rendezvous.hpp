@@ -69,7 +69,9 @@ class StoreRendezvous final : public RendezvousHandler {
   RoundEnd store_lost(const std::string& error) const;
   std::string endpoint() const;
   std::string node_name(const std::string& id) const;
+  void host_workers_store();  // this node's workers' store for the next round (throws)
   void admit_members(const FormedRound& f);
+  void log_round(const RendezvousInfo& info, int round, bool first, long long ms) const;
   void start_proxy(RendezvousInfo& info);
   boost::asio::awaitable<void> say_goodbye(Exit how);
 

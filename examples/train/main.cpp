@@ -121,6 +121,81 @@ Resumed resume(ddprun::ProcessGroup& pg, const std::vector<std::string>& sources
   return Resumed{};
 }
 
+// Rank 0's first line: the job's shape and where it starts.
+void announce(const Options& opt, ddprun::ProcessGroup& pg,
+              ddprun::DistributedDataParallel<Mlp>& ddp, const torch::Device& device,
+              int64_t local_batch, const Resumed& resumed, const std::string& checkpoint_file) {
+  std::cout << "[train] world " << pg.size() << ", backend " << pg.backend_name()
+            << " (gradients: " << ddp.transport() << "), device " << device << ", "
+            << opt.dataset_size << " samples, global batch " << opt.global_batch << " ("
+            << local_batch << " per rank), "
+            << (resumed.from.empty()
+                    ? std::string("starting at step 0")
+                    : "resuming at step " + std::to_string(resumed.step) + " from " +
+                          (resumed.from == checkpoint_file ? "the checkpoint file" : "memory"))
+            << ", restart " << pg.env().restart_count << std::endl;
+}
+
+// What the training loop runs for each step (one) and after it (after): the batch, the
+// --kill-rank-at-step fault, the loss line, the in-memory and file checkpoints.
+struct Steps {
+  const Options& opt;
+  const Timeline& timeline;
+  ddprun::ProcessGroup& pg;
+  const Dataset& data;
+  BatchStream& stream;
+  torch::Device device;
+  ddprun::DistributedDataParallel<Mlp>& ddp;
+  Mlp model;
+  torch::optim::SGD& optimizer;
+  std::optional<std::string> memory;
+  std::string checkpoint_file;
+  std::map<std::string, int64_t> run_settings;
+  at::Tensor loss;
+  int marked = -1;  // the process group generation of the last "step" line
+
+  void one(int64_t step) {
+    const int rank = pg.rank();
+    if (step == opt.kill_step && rank == opt.kill_rank && pg.env().restart_count == 0 &&
+        pg.generation() == 0) {
+      std::cerr << "[train] rank " << rank << ": --kill-rank-at-step: SIGKILL at step " << step
+                << std::endl;
+      timeline.mark("fault", step);
+      std::raise(SIGKILL);
+    }
+    auto idx = torch::tensor(stream.indices(step), torch::kLong);
+    auto x = data.features.index_select(0, idx).to(device);
+    auto y = data.labels.index_select(0, idx).to(device);
+    loss = torch::nn::functional::cross_entropy(ddp(x), y);
+    loss.backward();
+  }
+
+  void after(int64_t done) {
+    const int rank = pg.rank();
+    if (marked != pg.generation()) {  // the first step of this process, or since a recovery
+      marked = pg.generation();
+      timeline.mark("step", done);
+    }
+    if (done % opt.log_every == 0 || done == opt.steps) {
+      auto global = loss.detach().reshape({1}).clone();
+      pg.all_reduce(global, ddprun::ReduceOp::kAvg);
+      if (rank == 0) {
+        std::cout << "step " << done << "/" << opt.steps << " loss " << std::fixed
+                  << std::setprecision(6) << global.item<double>() << std::defaultfloat
+                  << std::endl;
+      }
+    }
+    if (memory && rank == 0 && done % opt.memory_every == 0 && done < opt.steps) {
+      ddprun::save_checkpoint(*memory, {0, done, run_settings}, *model, optimizer);
+    }
+    if (!opt.checkpoint.empty() && rank == 0 && done % opt.checkpoint_every == 0 &&
+        done < opt.steps) {
+      ddprun::save_checkpoint(checkpoint_file, {0, done, run_settings}, *model, optimizer);
+      std::cout << "[train] checkpoint at step " << done << " -> " << checkpoint_file << std::endl;
+    }
+  }
+};
+
 int run(const Options& opt, const Timeline& timeline, double started) {
   // A standby (ddprun --in-process-recovery) entered main() long before it took a dead rank's
   // place in init_process_group(): it starts running then.
@@ -162,58 +237,13 @@ int run(const Options& opt, const Timeline& timeline, double started) {
   ddprun::DdpOptions ddp_options;
   ddp_options.compression = compression_of(opt.compression);
   ddprun::DistributedDataParallel ddp(model, pg, ddp_options);
-  if (rank == 0) {
-    std::cout << "[train] world " << world << ", backend " << pg->backend_name()
-              << " (gradients: " << ddp.transport() << "), device " << device << ", "
-              << opt.dataset_size << " samples, global batch " << opt.global_batch << " ("
-              << local_batch << " per rank), "
-              << (resumed.from.empty()
-                      ? std::string("starting at step 0")
-                      : "resuming at step " + std::to_string(start) + " from " +
-                            (resumed.from == checkpoint_file ? "the checkpoint file" : "memory"))
-              << ", restart " << pg->env().restart_count << std::endl;
-  }
+  if (rank == 0) announce(opt, *pg, ddp, device, local_batch, resumed, checkpoint_file);
   BatchStream stream(data, world, rank, opt.seed, local_batch);
 
-  at::Tensor loss;
-  int marked = -1;  // the process group generation of the last "step" line
-  auto one_step = [&](int64_t step) {
-    if (step == opt.kill_step && rank == opt.kill_rank && pg->env().restart_count == 0 &&
-        pg->generation() == 0) {
-      std::cerr << "[train] rank " << rank << ": --kill-rank-at-step: SIGKILL at step " << step
-                << std::endl;
-      timeline.mark("fault", step);
-      std::raise(SIGKILL);
-    }
-    auto idx = torch::tensor(stream.indices(step), torch::kLong);
-    auto x = data.features.index_select(0, idx).to(device);
-    auto y = data.labels.index_select(0, idx).to(device);
-    loss = torch::nn::functional::cross_entropy(ddp(x), y);
-    loss.backward();
-  };
-  auto after_step = [&](int64_t done) {
-    if (marked != pg->generation()) {  // the first step of this process, or since a recovery
-      marked = pg->generation();
-      timeline.mark("step", done);
-    }
-    if (done % opt.log_every == 0 || done == opt.steps) {
-      auto global = loss.detach().reshape({1}).clone();
-      pg->all_reduce(global, ddprun::ReduceOp::kAvg);
-      if (rank == 0) {
-        std::cout << "step " << done << "/" << opt.steps << " loss " << std::fixed
-                  << std::setprecision(6) << global.item<double>() << std::defaultfloat
-                  << std::endl;
-      }
-    }
-    if (memory && rank == 0 && done % opt.memory_every == 0 && done < opt.steps) {
-      ddprun::save_checkpoint(*memory, {0, done, run_settings}, *model, optimizer);
-    }
-    if (!opt.checkpoint.empty() && rank == 0 && done % opt.checkpoint_every == 0 &&
-        done < opt.steps) {
-      ddprun::save_checkpoint(checkpoint_file, {0, done, run_settings}, *model, optimizer);
-      std::cout << "[train] checkpoint at step " << done << " -> " << checkpoint_file << std::endl;
-    }
-  };
+  Steps steps{opt, timeline, *pg,       data,   stream,          device,
+              ddp, model,    optimizer, memory, checkpoint_file, run_settings};
+  auto one_step = [&](int64_t step) { steps.one(step); };
+  auto after_step = [&](int64_t done) { steps.after(done); };
   // The loop zeroes the gradients, steps the optimizer and, under ddprun --in-process-recovery,
   // survives another rank's death: the step that failed runs again (training_loop.hpp).
   // README training-loop begin

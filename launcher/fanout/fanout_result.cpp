@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include "store/sys/signal_names.hpp"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -25,7 +27,7 @@ bool ended_by_our_stop(const NodeEnd& e) {
 
 FanoutResult fanout_result(const std::vector<NodeEnd>& ends, std::optional<int> signal) {
   if (signal) {
-    return {128 + *signal, "received " + agent::signal_name(*signal) + ": every node was stopped"};
+    return {128 + *signal, "received " + sys::signal_name(*signal) + ": every node was stopped"};
   }
   const NodeEnd* first = nullptr;  // the first to fail on its own
   const NodeEnd* other = nullptr;  // the first to fail on its own with a code other than 1

@@ -15,6 +15,7 @@
 #include "launcher/fanout/ssh_process.hpp"
 #include "store/sys/console.hpp"
 #include "store/sys/log.hpp"
+#include "store/sys/signal_names.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -63,11 +64,11 @@ class FanoutJob {
     signals_.async_wait([this](boost::system::error_code ec, int sig) {
       if (ec) return;
       if (signal_) {
-        sys::log_line("received " + agent::signal_name(sig) + " again: killing the ssh clients");
+        sys::log_line("received " + sys::signal_name(sig) + " again: killing the ssh clients");
         for (auto& p : procs_) p->kill();
       } else {
         signal_ = sig;
-        stop_all("received " + agent::signal_name(sig));
+        stop_all("received " + sys::signal_name(sig));
       }
       arm_signals();
     });

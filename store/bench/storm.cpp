@@ -121,8 +121,14 @@ class Storm {
           rearm(ep.get(), events[e].data.u64, c);
       }
     }
+    tally(clients, start, last_connect, last_release);
+  }
+
+  // A thread's clients, counted into the storm's result.
+  void tally(const std::vector<Client>& clients, Clock::time_point start,
+             Clock::time_point last_connect, Clock::time_point last_release) {
     size_t failed = 0, completed = 0, dropped = 0;
-    for (Client& c : clients) {
+    for (const Client& c : clients) {
       if (c.kind == Kind::kRank) {
         if (c.step == Step::kDone) {
           ++completed;

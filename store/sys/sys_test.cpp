@@ -6,13 +6,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <filesystem>
 #include <regex>
 
 #include "store/sys/fd.hpp"
 #include "store/sys/log.hpp"
 #include "store/sys/net.hpp"
+#include "store/sys/path_search.hpp"
 #include "store/sys/port_holder.hpp"
 #include "store/sys/random.hpp"
+#include "store/sys/signal_names.hpp"
 #include "store/sys/temp_dir.hpp"
 #include "store/sys/time_text.hpp"
 #include "store/sys/token_file.hpp"
@@ -166,6 +170,46 @@ TEST(SysTest, TokenFileStripsOneNewlineAndJudgesThePath) {
             "cannot read the token file " + dir.path() + "/missing: No such file or directory");
   EXPECT_EQ(read_token_file(dir.path()).error,
             "the token file " + dir.path() + " is not a small regular file");
+}
+
+TEST(SysTest, FindOnPathTakesTheFirstExecutableAndReadsEmptyEntriesAsAsked) {
+  TempDir dir("ddprun_path_test");
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  ::mkdir(a.c_str(), 0755);
+  ::mkdir(b.c_str(), 0755);
+  auto make = [](const std::string& path, mode_t mode) {
+    UniqueFd fd(::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, mode));
+    ASSERT_TRUE(fd);
+  };
+  make(a + "/tool", 0644);  // not executable: skipped
+  make(b + "/tool", 0755);
+  ::mkdir((a + "/dir").c_str(), 0755);  // a directory is no program
+  make(b + "/dir", 0755);
+  const std::string path = a + ":" + b;
+  EXPECT_EQ(find_on_path("tool", path, EmptyEntry::kSkipped), b + "/tool");
+  EXPECT_EQ(find_on_path("dir", path, EmptyEntry::kSkipped), b + "/dir");
+  EXPECT_EQ(find_on_path("nothing", path, EmptyEntry::kSkipped), std::nullopt);
+  EXPECT_EQ(find_on_path(b + "/tool", "", EmptyEntry::kSkipped), b + "/tool");  // not searched
+  EXPECT_EQ(find_on_path(a + "/tool", path, EmptyEntry::kSkipped), std::nullopt);
+
+  // An empty entry ("", a leading or trailing colon) is the current directory for execvp only.
+  const std::string cwd = std::filesystem::current_path().string();
+  std::filesystem::current_path(b);
+  EXPECT_EQ(find_on_path("tool", a + ":", EmptyEntry::kCurrentDirectory), "./tool");
+  EXPECT_EQ(find_on_path("tool", ":" + a, EmptyEntry::kCurrentDirectory), "./tool");
+  EXPECT_EQ(find_on_path("tool", a + ":", EmptyEntry::kSkipped), std::nullopt);
+  EXPECT_EQ(find_on_path("tool", "", EmptyEntry::kSkipped), std::nullopt);
+  std::filesystem::current_path(cwd);
+}
+
+TEST(SysTest, SignalNamesBothWays) {
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(77), "SIGNAL 77");
+  EXPECT_EQ(signal_number("SIGUSR1"), SIGUSR1);
+  EXPECT_EQ(signal_number("TERM"), SIGTERM);
+  EXPECT_EQ(signal_number("15"), 15);
+  EXPECT_EQ(signal_number("0"), std::nullopt);
+  EXPECT_EQ(signal_number("SIGNOPE"), std::nullopt);
 }
 
 }  // namespace

@@ -155,6 +155,60 @@ class Worker {
     return op;
   }
 
+  // The store call of `op`; what it returns goes into op.reply or op.number.
+  static void call(Client& client, Operation& op, const std::string& key,
+                   std::chrono::milliseconds timeout) {
+    switch (op.kind) {
+      case OpKind::kSet:
+        client.set(key, op.values[0]);
+        break;
+      case OpKind::kAppend:
+        client.append(key, op.values[0]);
+        break;
+      case OpKind::kQueuePush:
+        client.queue_push(key, op.values[0]);
+        break;
+      case OpKind::kMultiSet: {
+        std::vector<std::pair<std::string, std::string>> pairs;
+        for (size_t i = 0; i < op.keys.size(); ++i) pairs.emplace_back(op.keys[i], op.values[i]);
+        client.multi_set(pairs);
+        break;
+      }
+      case OpKind::kGet:
+        op.reply = {client.get(key, timeout)};
+        break;
+      case OpKind::kMultiGet:
+        op.reply = client.multi_get(op.keys);
+        break;
+      case OpKind::kWait:
+        client.wait(op.keys, timeout);
+        break;
+      case OpKind::kAdd:
+        op.number = client.add(key, op.delta);
+        break;
+      case OpKind::kCompareSet:
+        op.reply = {client.compare_set(key, op.values[0], op.values[1])};
+        break;
+      case OpKind::kDeleteKey:
+        op.number = client.delete_key(key) ? 1 : 0;
+        break;
+      case OpKind::kCheck:
+        op.number = client.check(op.keys) ? 1 : 0;
+        break;
+      case OpKind::kNumKeys:
+        op.number = client.num_keys();
+        break;
+      case OpKind::kQueueLen:
+        op.number = client.queue_len(key);
+        break;
+      case OpKind::kQueuePop: {
+        std::optional<std::string> popped = client.queue_pop(key);
+        if (popped) op.reply = {*popped};
+        break;
+      }
+    }
+  }
+
   // Calls the store and records the operation; false if it timed out waiting.
   bool perform(Client& client, Operation& op, std::vector<Operation>& out) {
     const std::string& key = op.keys.empty() ? std::string() : op.keys[0];
@@ -162,55 +216,7 @@ class Worker {
         std::chrono::milliseconds(uniform(options_.min_wait.count(), options_.max_wait.count()));
     op.invoked = Clock::now();
     try {
-      switch (op.kind) {
-        case OpKind::kSet:
-          client.set(key, op.values[0]);
-          break;
-        case OpKind::kAppend:
-          client.append(key, op.values[0]);
-          break;
-        case OpKind::kQueuePush:
-          client.queue_push(key, op.values[0]);
-          break;
-        case OpKind::kMultiSet: {
-          std::vector<std::pair<std::string, std::string>> pairs;
-          for (size_t i = 0; i < op.keys.size(); ++i) pairs.emplace_back(op.keys[i], op.values[i]);
-          client.multi_set(pairs);
-          break;
-        }
-        case OpKind::kGet:
-          op.reply = {client.get(key, timeout)};
-          break;
-        case OpKind::kMultiGet:
-          op.reply = client.multi_get(op.keys);
-          break;
-        case OpKind::kWait:
-          client.wait(op.keys, timeout);
-          break;
-        case OpKind::kAdd:
-          op.number = client.add(key, op.delta);
-          break;
-        case OpKind::kCompareSet:
-          op.reply = {client.compare_set(key, op.values[0], op.values[1])};
-          break;
-        case OpKind::kDeleteKey:
-          op.number = client.delete_key(key) ? 1 : 0;
-          break;
-        case OpKind::kCheck:
-          op.number = client.check(op.keys) ? 1 : 0;
-          break;
-        case OpKind::kNumKeys:
-          op.number = client.num_keys();
-          break;
-        case OpKind::kQueueLen:
-          op.number = client.queue_len(key);
-          break;
-        case OpKind::kQueuePop: {
-          std::optional<std::string> popped = client.queue_pop(key);
-          if (popped) op.reply = {*popped};
-          break;
-        }
-      }
+      call(client, op, key, timeout);
     } catch (const StoreError& e) {
       if (e.kind() != StoreError::Kind::kTimeout || !waits_first(op.kind)) {
         throw std::runtime_error(std::string(op_name(op.kind)) + " failed: " + e.what());

@@ -232,7 +232,7 @@ def test_a_killed_guardian_is_replaced(ddprun, tmp_path):
     assert second, "the guardian was not replaced"
     proc.kill()
     _, err = proc.communicate()
-    assert re.search(rf"the orphan guardian \(pid {first}\) was killed \(KILL\); a new one "
+    assert re.search(rf"the orphan guardian \(pid {first}\) was killed \(SIGKILL\); a new one "
                      rf"\(pid {second}\) took over", err), err
     survivors = lambda: [p for p in pids if pid_alive(p)]  # noqa: E731
     assert wait_for(lambda: not survivors(), timeout=2.0), survivors()

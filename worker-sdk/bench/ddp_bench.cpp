@@ -43,7 +43,7 @@ struct Args {
   bool find_unused = false;
   std::string hook = "none";  // none | allreduce | powersgd
   int psgd_rank = 4;
-  int psgd_start = 2;  // <= warmup: the timed steps are compressed
+  int psgd_start = 2;         // <= warmup: the timed steps are compressed
   std::string optim = "sgd";  // sgd | zero-adam
 };
 
@@ -91,6 +91,56 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// --mode ddp: the model wrapped with --compression, --copy-grads, --shared-memory,
+// --find-unused and --hook (*psgd: PowerSGD's state, for its byte count).
+std::unique_ptr<ddprun::DistributedDataParallel<Mlp>> make_ddp(
+    const Args& args, Mlp& model, const std::shared_ptr<ddprun::ProcessGroup>& pg,
+    std::shared_ptr<ddprun::hooks::PowerSGDState>* psgd) {
+  ddprun::DdpOptions o;
+  if (args.compression == "fp16") o.compression = ddprun::GradCompression::kFp16;
+  if (args.compression == "bf16") o.compression = ddprun::GradCompression::kBf16;
+  o.gradient_as_bucket_view = !args.copy_grads;
+  o.shared_memory = args.shared_memory;
+  o.find_unused_parameters = args.find_unused;
+  if (args.hook == "powersgd") o.first_bucket_cap_bytes = 64 << 20;  // one bucket
+  auto ddp = std::make_unique<ddprun::DistributedDataParallel<Mlp>>(model, pg, o);
+  if (args.hook == "powersgd") {
+    ddprun::hooks::PowerSGDOptions po;
+    po.matrix_approximation_rank = args.psgd_rank;
+    po.start_powerSGD_iter = args.psgd_start;
+    *psgd = std::make_shared<ddprun::hooks::PowerSGDState>(pg, po);
+    ddp->register_comm_hook(ddprun::hooks::powerSGD(*psgd));
+  } else if (args.hook == "allreduce") {
+    ddp->register_comm_hook(ddprun::hooks::allreduce(pg));
+  }
+  return ddp;
+}
+
+// --optim: SGD, or Adam sharded by ZeroRedundancyOptimizer (*zero then points at it).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const Args& args, Mlp& model, const std::shared_ptr<ddprun::ProcessGroup>& pg,
+    ddprun::ZeroRedundancyOptimizer** zero) {
+  if (args.optim != "zero-adam") {
+    return std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
+  }
+  auto z = std::make_unique<ddprun::ZeroRedundancyOptimizer>(
+      model->parameters(), pg, [](std::vector<torch::Tensor> shard) {
+        return std::make_unique<torch::optim::Adam>(shard, torch::optim::AdamOptions(1e-3));
+      });
+  *zero = z.get();
+  return z;
+}
+
+// " state=<the largest rank's optimizer state bytes> state_total=<all ranks'>" (collective).
+std::string state_text(ddprun::ZeroRedundancyOptimizer& zero, ddprun::ProcessGroup& pg) {
+  auto mine = torch::tensor({zero.local_state_bytes()}, torch::kLong);
+  auto largest = mine.clone(), total = mine.clone();
+  pg.all_reduce(largest, ddprun::ReduceOp::kMax);
+  pg.all_reduce(total);
+  return " state=" + std::to_string(largest.item<int64_t>()) +
+         " state_total=" + std::to_string(total.item<int64_t>());
+}
+
 int run(int argc, char** argv) {
   Args args = parse(argc, argv);
   ddprun::InitOptions init;
@@ -100,25 +150,7 @@ int run(int argc, char** argv) {
   Mlp model;
   std::unique_ptr<ddprun::DistributedDataParallel<Mlp>> ddp;
   std::shared_ptr<ddprun::hooks::PowerSGDState> psgd;
-  if (args.mode == "ddp") {
-    ddprun::DdpOptions o;
-    if (args.compression == "fp16") o.compression = ddprun::GradCompression::kFp16;
-    if (args.compression == "bf16") o.compression = ddprun::GradCompression::kBf16;
-    o.gradient_as_bucket_view = !args.copy_grads;
-    o.shared_memory = args.shared_memory;
-    o.find_unused_parameters = args.find_unused;
-    if (args.hook == "powersgd") o.first_bucket_cap_bytes = 64 << 20;  // one bucket
-    ddp = std::make_unique<ddprun::DistributedDataParallel<Mlp>>(model, pg, o);
-    if (args.hook == "powersgd") {
-      ddprun::hooks::PowerSGDOptions po;
-      po.matrix_approximation_rank = args.psgd_rank;
-      po.start_powerSGD_iter = args.psgd_start;
-      psgd = std::make_shared<ddprun::hooks::PowerSGDState>(pg, po);
-      ddp->register_comm_hook(ddprun::hooks::powerSGD(psgd));
-    } else if (args.hook == "allreduce") {
-      ddp->register_comm_hook(ddprun::hooks::allreduce(pg));
-    }
-  }
+  if (args.mode == "ddp") ddp = make_ddp(args, model, pg, &psgd);
   // Bytes handed to all-reduce so far: PowerSGD counts its own; otherwise every bucket, once
   // per step (the unused-parameter flags of find_unused_parameters not counted).
   auto bytes_so_far = [&](int64_t steps_done) -> int64_t {
@@ -132,18 +164,8 @@ int run(int argc, char** argv) {
   torch::manual_seed(1 + pg->rank());
   auto x = torch::randn({args.batch, 1024});
   auto y = torch::randint(0, 10, {args.batch}, torch::kLong);
-  std::unique_ptr<torch::optim::Optimizer> opt;
   ddprun::ZeroRedundancyOptimizer* zero = nullptr;
-  if (args.optim == "zero-adam") {
-    auto z = std::make_unique<ddprun::ZeroRedundancyOptimizer>(
-        model->parameters(), pg, [](std::vector<torch::Tensor> shard) {
-          return std::make_unique<torch::optim::Adam>(shard, torch::optim::AdamOptions(1e-3));
-        });
-    zero = z.get();
-    opt = std::move(z);
-  } else {
-    opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
-  }
+  std::unique_ptr<torch::optim::Optimizer> opt = make_optimizer(args, model, pg, &zero);
 
   auto step = [&] {
     opt->zero_grad();
@@ -161,15 +183,7 @@ int run(int argc, char** argv) {
   double ms = std::chrono::duration<double, std::milli>(t1 - t0).count() / args.steps;
   auto t = torch::tensor({ms}, torch::kDouble);
   pg->all_reduce(t, ddprun::ReduceOp::kMax);
-  std::string state;
-  if (zero) {
-    auto mine = torch::tensor({zero->local_state_bytes()}, torch::kLong);
-    auto largest = mine.clone(), total = mine.clone();
-    pg->all_reduce(largest, ddprun::ReduceOp::kMax);
-    pg->all_reduce(total);
-    state = " state=" + std::to_string(largest.item<int64_t>()) +
-            " state_total=" + std::to_string(total.item<int64_t>());
-  }
+  const std::string state = zero ? state_text(*zero, *pg) : std::string();
   if (pg->rank() == 0) {
     std::printf("result impl=cpp mode=%s step_ms=%.3f bytes=%lld%s\n", args.mode.c_str(),
                 t.item<double>(), static_cast<long long>(bytes_per_step), state.c_str());

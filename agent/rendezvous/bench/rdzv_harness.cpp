@@ -109,13 +109,17 @@ asio::awaitable<void> node(Run& run, int i) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The harness's command line.
+struct Flags {
   int nodes = 0, min_nodes = 0;
   double last_call = 30;
   std::string host, run_id = "bench";
   int port = 0;
+  std::string etcd_endpoints;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
   std::vector<std::string> args;
   bool use_etcd = false;
   for (int i = 1; i < argc; ++i) {
@@ -125,47 +129,58 @@ int main(int argc, char** argv) {
       args.emplace_back(argv[i]);
     }
   }
-  std::string etcd_endpoints;
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
     const std::string& flag = args[i];
     const std::string& value = args[i + 1];
     if (flag == "--endpoint" && use_etcd) {
-      etcd_endpoints = value;
-      host = value;
+      f.etcd_endpoints = value;
+      f.host = value;
     } else if (flag == "--nodes") {
-      nodes = std::stoi(value);
+      f.nodes = std::stoi(value);
     } else if (flag == "--min") {
-      min_nodes = std::stoi(value);
+      f.min_nodes = std::stoi(value);
     } else if (flag == "--last-call") {
-      last_call = std::stod(value);
+      f.last_call = std::stod(value);
     } else if (flag == "--run-id") {
-      run_id = value;
+      f.run_id = value;
     } else if (flag == "--endpoint" && !use_etcd) {
       auto colon = value.rfind(':');
       if (colon == std::string::npos) usage("--endpoint needs HOST:PORT");
-      host = value.substr(0, colon);
-      port = std::stoi(value.substr(colon + 1));
+      f.host = value.substr(0, colon);
+      f.port = std::stoi(value.substr(colon + 1));
     } else {
       usage(("unknown flag " + flag).c_str());
     }
   }
-  if (nodes < 1 || host.empty()) usage("--nodes and --endpoint are required");
-  if (min_nodes < 1) min_nodes = nodes;
+  if (f.nodes < 1 || f.host.empty()) usage("--nodes and --endpoint are required");
+  if (f.min_nodes < 1) f.min_nodes = f.nodes;
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags f = parse_flags(argc, argv);
+  const int nodes = f.nodes;
   rlimit lim{};
   ::getrlimit(RLIMIT_NOFILE, &lim);
   lim.rlim_cur = lim.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &lim);
 
   agent::RendezvousSettings s;
-  s.run_id = run_id;
-  s.min_nodes = min_nodes;
+  s.run_id = f.run_id;
+  s.min_nodes = f.min_nodes;
   s.max_nodes = nodes;
-  s.last_call_timeout = agent::Millis(static_cast<long long>(last_call * 1000));
+  s.last_call_timeout = agent::Millis(static_cast<long long>(f.last_call * 1000));
   s.join_timeout = std::chrono::seconds(120);
   s.read_timeout = std::chrono::seconds(120);
 
   asio::io_context io(1);
-  Run run{s, host, static_cast<uint16_t>(port), etcd_endpoints, Clock::now(),
+  Run run{s,
+          f.host,
+          static_cast<uint16_t>(f.port),
+          f.etcd_endpoints,
+          Clock::now(),
           std::vector<double>(static_cast<size_t>(nodes), -1)};
   run.io = &io;
   for (int i = 0; i < nodes; ++i) asio::co_spawn(io, node(run, i), asio::detached);
