@@ -7,54 +7,16 @@ test files run in parallel.
 """
 import os
 import pathlib
-import shutil
-import signal
-import socket
-import subprocess
-import time
+import sys
 
 import pytest
 
-SOURCE_DIR = pathlib.Path(os.environ.get("DDPRUN_SOURCE_DIR", pathlib.Path(__file__).parents[1]))
-BIN_DIR = pathlib.Path(os.environ.get("DDPRUN_BIN_DIR", SOURCE_DIR / "build" / "bin"))
-SDK_BIN_DIR = pathlib.Path(os.environ.get("DDPRUN_SDK_BIN_DIR", BIN_DIR))
-TORCH1_PYTHON = os.environ.get("DDPRUN_TORCH1_PYTHON", "/usr/bin/python3")
-TORCH2_PYTHON = os.environ.get(
-    "DDPRUN_TORCH2_PYTHON",
-    os.path.expanduser("~/.cache/ddprun/torch2-venv/bin/python"))
-
-
-def free_port(host="127.0.0.1"):
-    """A port that was free a moment ago (prefer port 0 where the program supports it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):  # gone between the kill and the read
-        return False
-
-
-def wait_for(predicate, timeout=10.0, interval=0.01):
-    """Waits for a condition that has no event to wait on (e.g. a file written by a worker)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
+# tests/lib holds what the suites share (README.md there); every test file, and every helper
+# module it imports, finds it on sys.path from here on.
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "lib"))
+from testenv import (BIN_DIR, SDK_BIN_DIR, SOURCE_DIR, TORCH1_PYTHON, TORCH2_PYTHON,  # noqa: E402,F401
+                     free_port, pid_alive, wait_for)
+from jobs import cluster  # noqa: E402,F401  (the `cluster` fixture of the multi-node tests)
 
 
 @pytest.fixture

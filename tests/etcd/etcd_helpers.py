@@ -1,17 +1,17 @@
-"""What the etcd rendezvous tests share: ddprun's etcd flags, killing a node's whole process
-tree, timing a log line, and the worker scripts (tests/multinode/workers and ./workers)."""
+"""What the etcd rendezvous tests share: ddprun's etcd flags, timing a log line, and the
+worker scripts (tests/multinode/workers and ./workers). The agents, killing a node's whole
+process tree and the waits are tests/lib/jobs.py's."""
 import json
-import os
 import pathlib
 import re
-import signal
-import sys
 import time
 
+from testenv import EXAMPLES, clean_env, free_port, pid_alive  # noqa: F401
+from jobs import (Cluster, Proc, all_dead, kill_tree, records, wait_until,  # noqa: F401
+                  worker_lookup)
+
 HERE = pathlib.Path(__file__).parent
-sys.path.insert(0, str(HERE.parent / "multinode"))
-from mn_helpers import (EXAMPLES, Cluster, Proc, all_dead, clean_env, free_port,  # noqa: E402,F401
-                        pid_alive, records, wait_until, worker)
+worker = worker_lookup(HERE.parent / "multinode")  # record.py and the other multi-node workers
 
 # Short timeouts for a loaded 2-core machine; the lease TTL is 1 s x 3 (a vanished host is
 # noticed after about 3 s, a killed agent at once).
@@ -37,38 +37,6 @@ def formed_re(run_id, node_rank, nodes, world=None, again=False):
     return re.compile(rf"rendezvous round \d+ of job '{re.escape(run_id)}' \(etcd(-v[23])?, "
                       rf"[^)]*\) {formed} in \d+ ms: node rank {node_rank} of {nodes} nodes"
                       rf"{world_part}")
-
-
-def descendants(pid):
-    """pid's process tree (children first found through /proc/<pid>/task/*/children)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return out
-
-
-def kill_tree(proc):
-    """SIGKILL an agent and everything it started (its workers, its guardian) at once: the
-    node is gone and no process of it can say goodbye. Returns the pids killed."""
-    pids = descendants(proc.pid)
-    for p in [proc.pid] + pids[1:]:
-        try:
-            os.kill(p, signal.SIGSTOP)  # freeze first, so nothing reacts to the others' deaths
-        except ProcessLookupError:
-            pass
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return pids
 
 
 def seconds_until_gone(survivors, timeout=30):

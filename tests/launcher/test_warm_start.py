@@ -16,6 +16,7 @@ import time
 import pytest
 from conftest import TORCH1_PYTHON, TORCH2_PYTHON
 from launcher_helpers import SOURCE_DIR, clean_env, pid_alive, wait_for
+from jobs import descendants
 
 PROBE = SOURCE_DIR / "tests" / "launcher" / "warm_probe.py"
 # What differs from one run of a job to the next, cold or warm.
@@ -191,20 +192,6 @@ def is_python(pid):
             return b"python" in f.read().split(b"\0")[0]
     except OSError:
         return False
-
-
-def descendants(pid):
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            children = [int(c) for t in os.listdir(f"/proc/{p}/task")
-                        for c in open(f"/proc/{p}/task/{t}/children").read().split()]
-        except OSError:
-            continue
-        found += children
-        todo += children
-    return found
 
 
 def test_killing_the_agent_leaves_no_zygote_and_no_warm_worker(ddprun, tmp_path):

@@ -12,15 +12,8 @@ import subprocess
 
 import pytest
 
-from mn_helpers import (FAST_CONF, TORCH1_PYTHON, Cluster, Proc, c10d_flags, clean_env, free_port,
+from mn_helpers import (FAST_CONF, TORCH1_PYTHON, c10d_flags, clean_env, free_port,
                         records, wait_until, worker)
-
-
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
 
 
 def token_file(tmp_path, name, secret, mode=0o600):
@@ -144,18 +137,9 @@ def test_token_job_refuses_strangers_and_finishes(cluster, tmp_path):
         assert "accepts any client" not in a.log()
 
 
-def ddpstore_proc(cluster, ddpstore, *flags):
-    p = Proc([ddpstore, "--host", "127.0.0.1", "--port", "0", *flags],
-             cluster.tmp / f"ddpstore_{len(cluster.procs)}.log")
-    cluster.procs.append(p)
-    m = wait_until(lambda: re.search(r"listening on \S+:(\d+)", p.log()), "ddpstore to listen",
-                   timeout=30)
-    return p, int(m.group(1))
-
-
 def test_ddpstore_with_a_token_serves_two_agents(cluster, tmp_path, ddpstore):
     good = token_file(tmp_path, "token", "s3cret")
-    store, port = ddpstore_proc(cluster, ddpstore, "--token-file", good)
+    store, port = cluster.ddpstore(ddpstore, "--token-file", good)
     ep = f"127.0.0.1:{port}"
     log = tmp_path / "log"
     flags = c10d_flags(ep, 2, "pair", conf=conf_with(good))
@@ -177,7 +161,7 @@ def test_ddpstore_with_a_token_serves_two_agents(cluster, tmp_path, ddpstore):
 
 def test_agent_with_a_token_refuses_an_open_store(cluster, tmp_path, ddpstore):
     good = token_file(tmp_path, "token", "s3cret")
-    _, port = ddpstore_proc(cluster, ddpstore)
+    _, port = cluster.ddpstore(ddpstore)
     a = cluster.agent(c10d_flags(f"127.0.0.1:{port}", 2, "open", conf=conf_with(good)),
                       worker("record.py"), tmp_path / "log", addr="127.0.0.2")
     assert a.wait(60) == 1, a.log()
@@ -186,7 +170,7 @@ def test_agent_with_a_token_refuses_an_open_store(cluster, tmp_path, ddpstore):
 
 
 def test_token_file_problems(ddprun, ddpstore, tmp_path):
-    from launcher_helpers import run
+    from testenv import run
     missing = tmp_path / "missing"
     empty = token_file(tmp_path, "empty", "")
     flags = ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:1",

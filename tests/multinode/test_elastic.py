@@ -4,17 +4,8 @@ job-wide budget (the first node's --max_restarts); node ranks follow the natural
 advertised addresses."""
 import json
 
-import pytest
-
-from mn_helpers import (DDPRUN_ONLY_ENV, Cluster, c10d_flags, records, store_has, wait_until,
+from mn_helpers import (DDPRUN_ONLY_ENV, c10d_flags, records, store_has, wait_until,
                         worker)
-
-
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
 
 
 def test_scale_up_from_two_to_three_nodes(cluster, tmp_path, ddpstore):

@@ -4,17 +4,8 @@ the store while workers run. Each ends with a clear message and never hangs."""
 import re
 import signal
 
-import pytest
-
-from mn_helpers import (Cluster, all_dead, c10d_flags, free_port, records, store_has,
+from mn_helpers import (all_dead, c10d_flags, free_port, records, store_has,
                         wait_until, worker)
-
-
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
 
 
 def test_unreachable_endpoint_fails_after_join_timeout(cluster, tmp_path):

@@ -12,8 +12,9 @@ import subprocess
 import pytest
 
 from netns_hosts import Hosts, ip, netns_unavailable  # noqa: F401
-from mn_helpers import (EXAMPLES, SOURCE_DIR, Cluster, all_dead, c10d_flags, clean_env, free_port,
+from mn_helpers import (EXAMPLES, SOURCE_DIR, all_dead, c10d_flags, clean_env, free_port,
                         records, wait_until, worker)
+from jobs import closing_all
 
 
 UNAVAILABLE = netns_unavailable()
@@ -22,23 +23,7 @@ pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE)
 
 @pytest.fixture
 def hosts():
-    created = []
-
-    def make(n):
-        h = Hosts(n)
-        created.append(h)
-        return h
-
-    yield make
-    for h in created:
-        h.close()
-
-
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
+    yield from closing_all(Hosts)
 
 
 @pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "store-proxy"])

@@ -10,18 +10,11 @@ import signal
 
 import pytest
 
-from mn_helpers import (SOURCE_DIR, Cluster, all_dead, c10d_flags, records, wait_until,
+from mn_helpers import (SOURCE_DIR, all_dead, c10d_flags, records, wait_until,
                         worker)
 
 SDK_BIN_DIR = os.environ.get("DDPRUN_SDK_BIN_DIR",
                              os.environ.get("DDPRUN_BIN_DIR", str(SOURCE_DIR / "build" / "bin")))
-
-
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
 
 
 def three_nodes(cluster, ddpstore, job, entry, *args, no_python=False, store_proxy="off"):

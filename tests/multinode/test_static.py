@@ -7,19 +7,10 @@ import os
 import re
 import socket
 
-import pytest
-
-from mn_helpers import (DDPRUN_ONLY_ENV, EXAMPLES, TORCH1_PYTHON, Cluster, Proc, clean_env,
+from mn_helpers import (DDPRUN_ONLY_ENV, EXAMPLES, TORCH1_PYTHON, Proc, clean_env,
                         free_port, worker)
 
 ONLY_TORCH2 = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"} | DDPRUN_ONLY_ENV
-
-
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
 
 
 def static_flags(port, rank, nproc=2, nnodes=2, extra=()):

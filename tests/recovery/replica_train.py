@@ -5,7 +5,6 @@ Each start is appended to DIR/starts.jsonl; the final parameters go to DIR/final
 
     replica_train.py DIR
 """
-import gc
 import json
 import os
 import pathlib
@@ -15,6 +14,9 @@ import time
 import ddprun
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib" / "workers"))
+from worker_common import append_record, leave_group, run_and_exit  # noqa: E402
 
 SAVE_AT, STEPS = 10, 20
 
@@ -33,10 +35,9 @@ def main():
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
-    with open(d / "starts.jsonl", "a") as f:
-        f.write(json.dumps({"rank": rank, "start": start, "pid": os.getpid(),
-                            "node": os.environ["GROUP_RANK"],
-                            "dir": os.environ.get("DDPRUN_MEMORY_CHECKPOINT_DIR")}) + "\n")
+    append_record(d / "starts.jsonl", {"rank": rank, "start": start, "pid": os.getpid(),
+                                       "node": os.environ["GROUP_RANK"],
+                                       "dir": os.environ.get("DDPRUN_MEMORY_CHECKPOINT_DIR")})
     for step in range(start, STEPS):
         g = torch.Generator().manual_seed(step * 100 + rank)
         x, y = torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
@@ -52,13 +53,8 @@ def main():
     (d / f"final_{rank}.json").write_text(
         json.dumps([p.detach().flatten().tolist() for p in model.parameters()]))
     del ddp, model, opt
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # see examples/python/ddp_gloo.py: no interpreter finalization with gloo
+    run_and_exit(main)

@@ -5,11 +5,11 @@ the bound is kept; the directory is private to the job and goes with it, even wh
 SIGKILLed; outside ddprun the module does nothing; its heartbeat() reaches hang detection."""
 import json
 import os
-import signal
 import subprocess
 
 import pytest
 from conftest import SOURCE_DIR, TORCH1_PYTHON, TORCH2_PYTHON, wait_for
+from jobs import kill_tree
 
 MODULE = SOURCE_DIR / "worker-sdk" / "python"
 TRAIN = SOURCE_DIR / "tests" / "recovery" / "memory_train.py"
@@ -235,21 +235,6 @@ def test_heartbeat_reaches_hang_detection(ddprun, tmp_path):
     assert "rank 1 (local rank 1, pid" in r.stderr and "hung: no heartbeat" in r.stderr, r.stderr
 
 
-def tree(pid):
-    """pid and all its descendants."""
-    found, todo = [pid], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            kids = [int(c) for t in os.listdir(f"/proc/{p}/task")
-                    for c in open(f"/proc/{p}/task/{t}/children").read().split()]
-        except OSError:
-            continue
-        found += kids
-        todo += kids
-    return found
-
-
 def test_memory_left_by_a_killed_process_tree_goes_with_the_next_job(ddprun, tmp_path):
     """ddprun, its guardian and its workers SIGKILLed together (a cgroup's OOM kill): nobody
     is left to remove the job's memory, so the next ddprun job of the user on the node does."""
@@ -261,11 +246,7 @@ def test_memory_left_by_a_killed_process_tree_goes_with_the_next_job(ddprun, tmp
     try:
         assert wait_for(lambda: told.exists() and told.read_text(), timeout=60), "no directory"
         memory = told.read_text()
-        everyone = tree(job.pid)
-        for pid in everyone:
-            os.kill(pid, signal.SIGSTOP)  # none of them may act on another's death
-        for pid in everyone:
-            os.kill(pid, signal.SIGKILL)
+        kill_tree(job)  # all frozen first: none of them may act on another's death
         job.wait()
     finally:
         if job.poll() is None:

@@ -11,28 +11,18 @@ import os
 import pathlib
 import re
 import signal
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "multinode"))
-from mn_helpers import Cluster, c10d_flags, records, wait_until  # noqa: E402
-from netns_hosts import Hosts, netns_unavailable  # noqa: E402
-from conftest import TORCH2_PYTHON  # noqa: E402
+from jobs import c10d_flags, records, wait_until
+from netns_hosts import Hosts, netns_unavailable
+from testenv import TORCH2_PYTHON, clean_env
 
 TRAIN = pathlib.Path(__file__).parent / "replica_train.py"
 MODULE = pathlib.Path(__file__).parents[2] / "worker-sdk" / "python"
 
 
-@pytest.fixture
-def cluster(ddprun, tmp_path):
-    c = Cluster(ddprun, tmp_path)
-    yield c
-    c.close()
-
-
 def env(**extra):
-    from launcher_helpers import clean_env
     return clean_env(python=TORCH2_PYTHON, PYTHONPATH=MODULE, OMP_NUM_THREADS="1", **extra)
 
 

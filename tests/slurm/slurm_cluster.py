@@ -17,11 +17,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "multinode"))
-from conftest import TORCH1_PYTHON, free_port, wait_for  # noqa: E402
-from netns_hosts import Hosts, netns_unavailable  # noqa: E402,F401
+from testenv import TORCH1_PYTHON, free_port, wait_for
+from netns_hosts import Hosts, netns_unavailable  # noqa: F401
 
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld",
            "slurmd": "/usr/sbin/slurmd"}

@@ -1,5 +1,5 @@
 """Hosts reachable over real ssh for tests of `ddprun --hosts`: one network namespace per host
-(tests/multinode/netns_hosts.py), each running Debian's OpenSSH server on port 22 of its own
+(tests/lib/netns_hosts.py), each running Debian's OpenSSH server on port 22 of its own
 address, with a host key, a user key and a config generated in a temp dir. The launcher runs
 in the root namespace, which reaches every host through the bridge (<subnet>.254).
 
@@ -10,11 +10,9 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "multinode"))
-from netns_hosts import Hosts, ip, netns_unavailable  # noqa: E402
+from netns_hosts import Hosts, ip, netns_unavailable
 
 SSHD = "/usr/sbin/sshd"
 

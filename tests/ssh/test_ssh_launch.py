@@ -7,6 +7,7 @@ quotes and $) arriving intact, a failing worker's code becoming the job's, SIGTE
 leaving nothing on any host, a killed ssh client stopping its host's workers (the remote
 ddprun's stdin EOF), an unreachable host refused before anything starts, and a hostfile with
 comments, slots and --exclude. Needs root, `ip netns` and sshd (skipped otherwise)."""
+import itertools
 import json
 import os
 import pathlib
@@ -19,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from ssh_hosts import SshHosts, unavailable  # noqa: E402
+from jobs import closing_all  # noqa: E402
 
 UNAVAILABLE = unavailable()
 pytestmark = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
@@ -29,16 +31,8 @@ PYTHON = os.environ.get("DDPRUN_TORCH1_PYTHON", "/usr/bin/python3")
 
 @pytest.fixture
 def hosts(tmp_path):
-    made = []
-
-    def make(n, sshd_on=None):
-        h = SshHosts(n, tmp_path / f"ssh{len(made)}", sshd_on=sshd_on)
-        made.append(h)
-        return h
-
-    yield make
-    for h in made:
-        h.close()
+    dirs = (tmp_path / f"ssh{i}" for i in itertools.count())
+    yield from closing_all(lambda n, sshd_on=None: SshHosts(n, next(dirs), sshd_on=sshd_on))
 
 
 @pytest.fixture

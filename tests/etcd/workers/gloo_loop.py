@@ -12,20 +12,19 @@ equal WORLD_SIZE) and its restart count.
 import argparse
 import json
 import os
+import pathlib
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib" / "workers"))
+from worker_common import append_record, leave_group, run_and_exit  # noqa: E402
+
 KEYS = ["RANK", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR",
         "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
         "TORCHELASTIC_RUN_ID"]
-
-
-def append(path, entry):
-    with open(path, "a") as f:
-        f.write(json.dumps(entry) + "\n")
 
 
 def main():
@@ -38,7 +37,7 @@ def main():
 
     start = {k: os.environ.get(k) for k in KEYS}
     start["pid"] = os.getpid()
-    append(os.path.join(a.dir, "start.jsonl"), start)
+    append_record(os.path.join(a.dir, "start.jsonl"), start)
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
     step, world = 0, 0
@@ -56,16 +55,12 @@ def main():
         if t[1].item() > 0:
             break
         time.sleep(a.delay)
-    append(os.path.join(a.dir, "end.jsonl"),
-           {"RANK": os.environ["RANK"], "steps": step, "world": world,
-            "WORLD_SIZE": os.environ["WORLD_SIZE"],
-            "TORCHELASTIC_RESTART_COUNT": os.environ["TORCHELASTIC_RESTART_COUNT"]})
-    dist.barrier()
-    dist.destroy_process_group()
+    append_record(os.path.join(a.dir, "end.jsonl"),
+                  {"RANK": os.environ["RANK"], "steps": step, "world": world,
+                   "WORLD_SIZE": os.environ["WORLD_SIZE"],
+                   "TORCHELASTIC_RESTART_COUNT": os.environ["TORCHELASTIC_RESTART_COUNT"]})
+    leave_group()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # see examples/python/ddp_gloo.py: skip finalization with Gloo threads
+    run_and_exit(main)

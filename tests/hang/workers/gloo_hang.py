@@ -9,9 +9,9 @@ calls stuck_outside_the_collective(), which never returns. Rank 0 writes a JSON 
 when the job completes.
 """
 import argparse
-import gc
 import json
 import os
+import pathlib
 import sys
 import threading
 import time
@@ -20,6 +20,9 @@ import torch
 import torch.distributed as dist
 
 from beat import heartbeat  # the documented snippet, shared by the test workers
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib" / "workers"))
+from worker_common import leave_group, run_and_exit  # noqa: E402
 
 
 def stuck_outside_the_collective():
@@ -58,15 +61,10 @@ def main():
             json.dump({"attempt": attempt, "world": world, "total": total,
                        "torch": torch.__version__}, f)
     # torch 1.13's ~ProcessGroupGloo deadlocks if a worker thread still frees a tensor: drop
-    # ours and end with a barrier before destroying the group (as examples/python/ddp_gloo.py).
+    # ours before leaving the group (worker_common.leave_group).
     del t, work
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_and_exit(main)

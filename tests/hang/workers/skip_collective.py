@@ -17,9 +17,9 @@ pickle, to TORCH_FR_DUMP_TEMP_FILE<rank>), as NCCL does on its own timeout. Rank
 """
 import argparse
 import datetime
-import gc
 import json
 import os
+import pathlib
 import sys
 import time
 
@@ -27,6 +27,9 @@ import torch
 import torch.distributed as dist
 
 import beat
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib" / "workers"))
+from worker_common import leave_group, run_and_exit  # noqa: E402
 
 
 heartbeat = beat.heartbeat
@@ -80,13 +83,8 @@ def main():
         with open(args.out, "w") as f:
             json.dump({"attempt": attempt, "world": world, "torch": torch.__version__}, f)
     del t
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_and_exit(main)

@@ -12,6 +12,7 @@ every rank appends its view to DIR/ranks.jsonl.
 import argparse
 import json
 import os
+import pathlib
 import sys
 import time
 
@@ -19,6 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "lib" / "workers"))
+from worker_common import append_record, leave_group, run_and_exit  # noqa: E402
 
 
 def batch(step):
@@ -37,9 +41,9 @@ def main():
     p.add_argument("--delay", type=float, default=0.05)
     a = p.parse_args()
 
-    with open(os.path.join(a.dir, "pids.jsonl"), "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "GROUP_RANK": os.environ["GROUP_RANK"],
-                            "RANK": os.environ["RANK"]}) + "\n")
+    append_record(os.path.join(a.dir, "pids.jsonl"),
+                  {"pid": os.getpid(), "GROUP_RANK": os.environ["GROUP_RANK"],
+                   "RANK": os.environ["RANK"]})
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -71,21 +75,16 @@ def main():
     total = flat.clone()
     dist.all_reduce(total)
     assert torch.allclose(total / world, flat, atol=1e-6), "replicas diverged"
-    with open(os.path.join(a.dir, "ranks.jsonl"), "a") as f:
-        f.write(json.dumps({k: os.environ[k] for k in (
-            "RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE",
-            "TORCHELASTIC_RESTART_COUNT", "MASTER_ADDR")}) + "\n")
+    append_record(os.path.join(a.dir, "ranks.jsonl"), {k: os.environ[k] for k in (
+        "RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
+        "MASTER_ADDR")})
     if rank == 0:
         with open(os.path.join(a.dir, "result.json"), "w") as f:
             json.dump({"world_size": world, "resumed_from": start, "steps": a.steps,
                        "params": flat.tolist()}, f)
     del ddp, opt
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_group()
 
 
 if __name__ == "__main__":
-    main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # see examples/python/ddp_gloo.py: skip finalization with Gloo threads
+    run_and_exit(main)
