@@ -7,7 +7,8 @@
 // was linked with at run time; on another distribution or in a chroot those are missing or
 // different. The static ddprun/ddpstore (DDPRUN_STATIC, cmake/DdprunStatic.cmake) route every
 // getaddrinfo() call here (static_link_wraps.cpp); dynamic builds keep the system resolver.
-// c-ares parses what comes off the network; this file only drives it and builds the list.
+// c-ares parses what comes off the network; ours only drives it (cares_resolver.cpp) and builds
+// the list (addr_info.cpp).
 //
 // Results list IPv4 addresses before IPv6 (no RFC 6724 sorting). Blocking; any thread: each
 // call reads the configuration afresh (it changes under long-running programs) into a c-ares
