@@ -1,9 +1,9 @@
 // Host names, addresses and endpoints: the one place ddprun resolves a name, formats
 // "host:port" and decides whether an address is loopback or names this machine.
 //
-// Resolving goes through the system resolver (in the static builds, our NSS-free one:
-// dns_resolver.hpp), which may wait on DNS: callers resolve only names they must (an address
-// literal is never looked up).
+// Resolving goes through the system resolver (in the static builds, an NSS-free one over
+// c-ares: cares_resolver.hpp), which may wait on DNS: callers resolve only names they must (an
+// address literal is never looked up).
 #pragma once
 
 #include <sys/socket.h>
