@@ -228,21 +228,15 @@ class FlagWaiter : public Waiter {
   void on_wake() override { woken = true; }
 };
 
-// The checker's model must be the store: the same replies and the same wake-ups as
-// StoreState for random operations over three names (keys and queues).
-TEST(StoreModelTest, AgreesWithStoreState) {
-  const Keys names{"a", "b", "c"};
-  std::mt19937 rng(7);
-  auto roll = [&rng](int n) { return static_cast<int>(rng() % n); };
-  StoreState state;
-  StoreModel model(names.size());
-  FlagWaiter waiters[2];
-  bool waiting[2] = {false, false};
-  for (int i = 0; i < 20000; ++i) {
+// Random operations over three names (keys and queues), applied to StoreState and to the
+// checker's model side by side.
+class ModelAgainstStore {
+ public:
+  // One random operation on both; its replies must agree.
+  void step() {
     const int k = roll(3);
     const std::string& key = names[k];
     const std::string value = roll(8) == 0 ? "x" : std::to_string(roll(6) - 1);
-    SCOPED_TRACE("step " + std::to_string(i));
     switch (roll(11)) {
       case 0:
         state.set(key, value);
@@ -299,6 +293,15 @@ TEST(StoreModelTest, AgreesWithStoreState) {
         waiting[w] = true;
       }
     }
+    compare(k);
+  }
+
+ private:
+  int roll(int n) { return static_cast<int>(rng() % n); }
+
+  // The name's value and the waiters' wake-ups agree after the operation.
+  void compare(int k) {
+    const std::string& key = names[k];
     const std::string* stored = state.find(key);
     const std::string* modelled = model.find(k);
     ASSERT_EQ(stored != nullptr, modelled != nullptr);
@@ -313,6 +316,23 @@ TEST(StoreModelTest, AgreesWithStoreState) {
         waiting[w] = false;
       }
     }
+  }
+
+  const Keys names{"a", "b", "c"};
+  std::mt19937 rng{7};
+  StoreState state;
+  StoreModel model{names.size()};
+  FlagWaiter waiters[2];
+  bool waiting[2] = {false, false};
+};
+
+// The checker's model must be the store: the same replies and the same wake-ups as
+// StoreState for random operations over three names (keys and queues).
+TEST(StoreModelTest, AgreesWithStoreState) {
+  ModelAgainstStore check;
+  for (int i = 0; i < 20000; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    ASSERT_NO_FATAL_FAILURE(check.step());
   }
 }
 

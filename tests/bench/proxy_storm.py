@@ -51,6 +51,50 @@ def result_fields(text):
     return {k: v for k, v in (f.split("=", 1) for f in line.split()[1:])}
 
 
+def start_proxies(bins, exec_ns, store_port, n, gather, tmp, hosts, ports):
+    """store_proxy_host processes for n ranks' nodes (appended to hosts), their ports to ports."""
+    nodes = math.ceil(n / RANKS_PER_NODE)
+    for i, count in enumerate(chunks(nodes, PROXIES_PER_HOST)):
+        pf = tmp / f"proxy-ports-{i}"
+        p = subprocess.Popen(
+            exec_ns + [bins["store_proxy_host"], "--upstream", f"127.0.0.1:{store_port}",
+                       "--proxies", str(count), "--ports-file", str(pf)] + gather,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        hosts.append(p)
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit("store_proxy_host did not start")
+        ports += pf.read_text().split()
+
+
+def run_generators(bins, exec_ns, store_port, n, proxy_ports, tmp):
+    """The storm's n ranks from store_loadgen processes, to the store or (proxy_ports) each
+    node's ranks to its proxy; their result fields."""
+    gens, offset = [], 0
+    for i, count in enumerate(chunks(n, CLIENTS_PER_GENERATOR)):
+        cmd = exec_ns + [bins["store_loadgen"], "--scenario", "storm", "--dialect", "2",
+                         "--conns", str(count), "--threads", "1", "--sources", "16",
+                         "--rank-offset", str(offset), "--world", str(n), "--tag", "a"]
+        if proxy_ports is not None:
+            pf = tmp / f"gen-ports-{i}"
+            first = offset // RANKS_PER_NODE
+            last = math.ceil((offset + count) / RANKS_PER_NODE)
+            pf.write_text("\n".join(proxy_ports[first:last]) + "\n")
+            cmd += ["--ports-file", str(pf), "--per-port", str(RANKS_PER_NODE)]
+        else:
+            cmd += ["--port", str(store_port)]
+        gens.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True))
+        offset += count
+    results = []
+    for g in gens:
+        out, err = g.communicate(timeout=900)
+        r = result_fields(out)
+        if r is None:
+            raise SystemExit(f"store_loadgen failed:\n{out}{err}")
+        results.append(r)
+    return results
+
+
 def storm(bins, server_class, netns_class, kind, n, via_proxy, gather_us=None):
     """One storm of n ranks against a fresh `kind` server, through proxies or not (gathering
     for gather_us, ProxyOptions::gather's default if None)."""
@@ -62,43 +106,11 @@ def storm(bins, server_class, netns_class, kind, n, via_proxy, gather_us=None):
         try:
             exec_ns = ["ip", "netns", "exec", ns.name]
             if via_proxy:
-                nodes = math.ceil(n / RANKS_PER_NODE)
-                for i, count in enumerate(chunks(nodes, PROXIES_PER_HOST)):
-                    pf = tmp / f"proxy-ports-{i}"
-                    p = subprocess.Popen(
-                        exec_ns + [bins["store_proxy_host"], "--upstream",
-                                   f"127.0.0.1:{server.port}", "--proxies", str(count),
-                                   "--ports-file", str(pf)] + gather,
-                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                    hosts.append(p)
-                    if p.stdout.readline().strip() != "ready":
-                        raise SystemExit("store_proxy_host did not start")
-                    ports += pf.read_text().split()
+                start_proxies(bins, exec_ns, server.port, n, gather, tmp, hosts, ports)
             cpu0 = server.cpu_seconds()
             host_cpu0 = sum(cpu_seconds(h.pid) for h in hosts)
-            gens, offset = [], 0
-            for i, count in enumerate(chunks(n, CLIENTS_PER_GENERATOR)):
-                cmd = exec_ns + [bins["store_loadgen"], "--scenario", "storm", "--dialect", "2",
-                                 "--conns", str(count), "--threads", "1", "--sources", "16",
-                                 "--rank-offset", str(offset), "--world", str(n), "--tag", "a"]
-                if via_proxy:
-                    pf = tmp / f"gen-ports-{i}"
-                    first = offset // RANKS_PER_NODE
-                    last = math.ceil((offset + count) / RANKS_PER_NODE)
-                    pf.write_text("\n".join(ports[first:last]) + "\n")
-                    cmd += ["--ports-file", str(pf), "--per-port", str(RANKS_PER_NODE)]
-                else:
-                    cmd += ["--port", str(server.port)]
-                gens.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, text=True))
-                offset += count
-            results = []
-            for g in gens:
-                out, err = g.communicate(timeout=900)
-                r = result_fields(out)
-                if r is None:
-                    raise SystemExit(f"store_loadgen failed:\n{out}{err}")
-                results.append(r)
+            results = run_generators(bins, exec_ns, server.port, n, ports if via_proxy else None,
+                                     tmp)
             row = {
                 "seconds": max(float(r["seconds"]) for r in results),
                 "failed": sum(int(r["failed"]) for r in results),

@@ -147,6 +147,39 @@ def read_until_closed(sock, timeout):
         return None
 
 
+SLOW_REQUEST = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: one-byte-per-second\r\n\r\n"
+
+
+def slow_client(port, slow):
+    """Sends SLOW_REQUEST one byte a second; records how much it sent and when it was closed."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.settimeout(1.0)
+        for i in range(len(SLOW_REQUEST)):
+            try:
+                s.sendall(SLOW_REQUEST[i:i + 1])
+                slow["sent"] = i + 1
+                if s.recv(1) == b"":
+                    break  # closed by the server
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        slow["closed_after"] = time.monotonic() - t0
+
+
+def assert_closed_unserved(port, payload, what):
+    """A connection sending `payload` is closed promptly, never with a 200."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        try:
+            s.sendall(payload)
+        except OSError:
+            pass  # the server may close while we still send
+        answer = read_until_closed(s, 10)
+        assert answer is not None, f"a connection {what} was left open"
+        assert not answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
 def test_misbehaving_clients_do_not_disturb_the_agent_or_the_job(jobs, tmp_path):
     log, go = tmp_path / "log", tmp_path / "go"
     job = jobs.start([*STANDALONE, "--health-port", "0", "--hang-timeout", "30"],
@@ -155,47 +188,17 @@ def test_misbehaving_clients_do_not_disturb_the_agent_or_the_job(jobs, tmp_path)
     wait_until(lambda: started(log), "both workers to start")
 
     # A slow client: one byte per second. The server must close it long before it is done.
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: one-byte-per-second\r\n\r\n"
     slow = {"sent": 0, "closed_after": None}
-
-    def slow_client():
-        t0 = time.monotonic()
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.settimeout(1.0)
-            for i in range(len(request)):
-                try:
-                    s.sendall(request[i:i + 1])
-                    slow["sent"] = i + 1
-                    if s.recv(1) == b"":
-                        break  # closed by the server
-                except socket.timeout:
-                    continue
-                except OSError:
-                    break
-            slow["closed_after"] = time.monotonic() - t0
-
-    slow_thread = threading.Thread(target=slow_client, daemon=True)
+    slow_thread = threading.Thread(target=slow_client, args=(port, slow), daemon=True)
     slow_thread.start()
 
     # Garbage: not HTTP. Closed (no 200), promptly.
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(bytes(range(256)) * 16 + b"\r\n\r\n")
-        answer = read_until_closed(s, 10)
-        assert answer is not None, "a connection sending garbage was left open"
-        assert not answer.startswith(b"HTTP/1.1 200"), answer[:200]
-
+    assert_closed_unserved(port, bytes(range(256)) * 16 + b"\r\n\r\n", "sending garbage")
     # 64 KiB of headers: refused (431 or closed), never served.
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(
-            b"X-Pad-%05d: %s\r\n" % (i, b"a" * 100) for i in range(620)) + b"\r\n"
-        assert len(head) > 64 * 1024
-        try:
-            s.sendall(head)
-        except OSError:
-            pass  # the server may close while we still send
-        answer = read_until_closed(s, 10)
-        assert answer is not None, "a connection with 64 KiB of headers was left open"
-        assert not answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        b"X-Pad-%05d: %s\r\n" % (i, b"a" * 100) for i in range(620)) + b"\r\n"
+    assert len(head) > 64 * 1024
+    assert_closed_unserved(port, head, "with 64 KiB of headers")
 
     # Meanwhile (the slow client still sending), /healthz answers.
     assert slow_thread.is_alive()
@@ -218,7 +221,7 @@ def test_misbehaving_clients_do_not_disturb_the_agent_or_the_job(jobs, tmp_path)
     slow_thread.join(timeout=30)
     assert not slow_thread.is_alive(), "the slow client was never cut off"
     assert slow["closed_after"] is not None and slow["closed_after"] < 20, slow
-    assert slow["sent"] < len(request), slow  # cut off before its request was complete
+    assert slow["sent"] < len(SLOW_REQUEST), slow  # cut off before its request was complete
 
     status, body = http_get(port, "/healthz")
     assert status == 200 and body.startswith("ok: "), (status, body)
@@ -228,18 +231,12 @@ def test_misbehaving_clients_do_not_disturb_the_agent_or_the_job(jobs, tmp_path)
     assert not re.search(r"\berror\b", job.stderr()), job.stderr()
 
 
-def test_event_log_records_hang_and_restart(jobs, tmp_path):
-    log, go, ev = tmp_path / "log", tmp_path / "go", tmp_path / "events.jsonl"
-    job = jobs.start([*STANDALONE, "--hang-timeout", "1.5", "--max-restarts", "1",
-                      "--event-log", ev, *STOPPED_GRACE],
-                     HB, log, "--hang-rank", "1", "--how", "stop", "--wait-for", go)
-    wait_until(lambda: started(log, attempt=1), "attempt 1 to start")
-    go.touch()
-    assert job.wait(120) == 0, job.output()
-
+def read_event_log(ev, job):
+    """The event log's records: every line one JSON object of a known kind, with the common
+    fields, one job, in time order."""
     lines = ev.read_text().splitlines()
     assert lines
-    evs = [json.loads(line) for line in lines]  # every line is one JSON object
+    evs = [json.loads(line) for line in lines]
     kinds = {"transition", "round", "worker_start", "worker_exit", "hang", "exit_hang",
              "restart", "job_end"}
     for e in evs:
@@ -251,17 +248,12 @@ def test_event_log_records_hang_and_restart(jobs, tmp_path):
     assert {e["event"] for e in evs} >= kinds - {"exit_hang"}, {e["event"] for e in evs}
     times = [e["time"] for e in evs]
     assert times == sorted(times)
+    return evs
 
-    for t in events(ev, "transition"):
-        assert {"from", "to", "on", "action", "round", "restart_count", "max_restarts",
-                "world_size"} <= set(t), t
-    for r in events(ev, "round"):
-        assert {"round", "group_rank", "group_world_size", "world_size", "restart_count",
-                "members", "took_s"} <= set(r), r
-        assert r["world_size"] == 2 and r["members"], r
-    assert sorted(r["restart_count"] for r in events(ev, "round")) == [0, 1]
 
-    recs = records(log)
+def check_worker_events(ev, recs):
+    """worker_start matches what the workers recorded, worker_exit has exit code or signal;
+    returns the pid of attempt 0's rank 1 (hung, killed by a signal)."""
     starts = events(ev, "worker_start")
     assert sorted((s["attempt"], s["rank"], s["local_rank"], s["pid"]) for s in starts) == \
         sorted((r["attempt"], r["rank"], r["local_rank"], r["pid"]) for r in recs
@@ -276,6 +268,30 @@ def test_event_log_records_hang_and_restart(jobs, tmp_path):
                     and r["attempt"] == 0)
     hung_exit = [e for e in exits if e["pid"] == hung_pid]
     assert len(hung_exit) == 1 and "signal" in hung_exit[0], hung_exit
+    return hung_pid
+
+
+def test_event_log_records_hang_and_restart(jobs, tmp_path):
+    log, go, ev = tmp_path / "log", tmp_path / "go", tmp_path / "events.jsonl"
+    job = jobs.start([*STANDALONE, "--hang-timeout", "1.5", "--max-restarts", "1",
+                      "--event-log", ev, *STOPPED_GRACE],
+                     HB, log, "--hang-rank", "1", "--how", "stop", "--wait-for", go)
+    wait_until(lambda: started(log, attempt=1), "attempt 1 to start")
+    go.touch()
+    assert job.wait(120) == 0, job.output()
+
+    evs = read_event_log(ev, job)
+    for t in events(ev, "transition"):
+        assert {"from", "to", "on", "action", "round", "restart_count", "max_restarts",
+                "world_size"} <= set(t), t
+    for r in events(ev, "round"):
+        assert {"round", "group_rank", "group_world_size", "world_size", "restart_count",
+                "members", "took_s"} <= set(r), r
+        assert r["world_size"] == 2 and r["members"], r
+    assert sorted(r["restart_count"] for r in events(ev, "round")) == [0, 1]
+
+    starts = events(ev, "worker_start")
+    hung_pid = check_worker_events(ev, records(log))
 
     (hang,) = events(ev, "hang")
     assert (hang["local_rank"], hang["rank"], hang["pid"], hang["kind"]) == \

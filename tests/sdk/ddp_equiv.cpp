@@ -83,6 +83,43 @@ std::string json_buckets(const std::vector<ddprun::BucketInfo>& buckets) {
   return s.str();
 }
 
+// --hook none|allreduce|fp16|bf16 on `ddp`.
+template <typename Ddp>
+void register_hook(Ddp& ddp, const std::string& hook,
+                   const std::shared_ptr<ddprun::ProcessGroup>& pg) {
+  if (hook == "allreduce") {
+    ddp.register_comm_hook(ddprun::hooks::allreduce(pg));
+  } else if (hook == "fp16") {
+    ddp.register_comm_hook(ddprun::hooks::fp16_compress(pg));
+  } else if (hook == "bf16") {
+    ddp.register_comm_hook(ddprun::hooks::bf16_compress(pg));
+  } else if (hook != "none") {
+    throw ddprun::Error("ddp_equiv: --hook none|allreduce|fp16|bf16, got " + hook);
+  }
+}
+
+// `"params": {name: [values]}, "grad_none": [names of parameters without a gradient]`, after
+// an opening brace.
+std::string params_and_grad_none(Net& net) {
+  std::ostringstream out;
+  out.precision(9);
+  out << "{\"params\": {";
+  std::ostringstream none;
+  bool first = true;
+  for (const auto& item : net->named_parameters()) {
+    auto v = item.value().detach().reshape({-1});
+    out << (first ? "" : ", ") << "\"" << item.key() << "\": [";
+    for (int64_t i = 0; i < v.numel(); ++i) out << (i ? "," : "") << v[i].item<float>();
+    out << "]";
+    if (!item.value().grad().defined()) {
+      none << (none.tellp() > 0 ? ", " : "") << "\"" << item.key() << "\"";
+    }
+    first = false;
+  }
+  out << "}, \"grad_none\": [" << none.str() << "]";
+  return out.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,16 +143,7 @@ int main(int argc, char** argv) {
     o.static_graph = mode == "static";
     if (args["--model"] == "order") o.first_bucket_cap_bytes = 512;  // two buckets
     ddprun::DistributedDataParallel ddp(net, pg, o);
-    const std::string hook = args["--hook"];
-    if (hook == "allreduce") {
-      ddp.register_comm_hook(ddprun::hooks::allreduce(pg));
-    } else if (hook == "fp16") {
-      ddp.register_comm_hook(ddprun::hooks::fp16_compress(pg));
-    } else if (hook == "bf16") {
-      ddp.register_comm_hook(ddprun::hooks::bf16_compress(pg));
-    } else if (hook != "none") {
-      throw ddprun::Error("ddp_equiv: --hook none|allreduce|fp16|bf16, got " + hook);
-    }
+    register_hook(ddp, args["--hook"], pg);
     const std::string initial = json_buckets(ddp.buckets());
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < steps; ++step) {
@@ -133,21 +161,7 @@ int main(int argc, char** argv) {
     }
 
     std::ostringstream out;
-    out.precision(9);
-    out << "{\"params\": {";
-    std::ostringstream none;
-    bool first = true;
-    for (const auto& item : net->named_parameters()) {
-      auto v = item.value().detach().reshape({-1});
-      out << (first ? "" : ", ") << "\"" << item.key() << "\": [";
-      for (int64_t i = 0; i < v.numel(); ++i) out << (i ? "," : "") << v[i].item<float>();
-      out << "]";
-      if (!item.value().grad().defined()) {
-        none << (none.tellp() > 0 ? ", " : "") << "\"" << item.key() << "\"";
-      }
-      first = false;
-    }
-    out << "}, \"grad_none\": [" << none.str() << "], \"buckets\": " << json_buckets(ddp.buckets())
+    out << params_and_grad_none(net) << ", \"buckets\": " << json_buckets(ddp.buckets())
         << ", \"initial_buckets\": " << initial
         << ", \"ready_order\": " << sdk_tool::json_list(ddp.grad_ready_order())
         << ", \"rebuilt\": " << (ddp.buckets_rebuilt() ? "true" : "false") << "}\n";

@@ -38,7 +38,7 @@ def tensors(named):
     return {n: t.detach().to(torch.double).reshape(-1).tolist() for n, t in named}
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", required=True)
     parser.add_argument("--divide-initial", default="1")
@@ -48,8 +48,19 @@ def main():
     parser.add_argument("--no-sync-every", type=int, default=0)
     parser.add_argument("--zero-grad", default="last")
     parser.add_argument("--out", required=True)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def batch(step, rank):
+    """The seeded (x, y) of one step on one rank."""
+    base = torch.arange(8 * 6).to(torch.float).reshape(8, 6)
+    x = torch.sin(base * 0.37 + float(step * 7 + rank * 3))
+    y = torch.cos(torch.arange(8 * 4).to(torch.float).reshape(8, 4) * 0.23 + float(step + rank))
+    return x, y
+
+
+def main():
+    args = parse_args()
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
     mine = [int(b) for b in args.batches.split(",")][rank]
@@ -66,10 +77,7 @@ def main():
         with ddp.join(divide_by_initial_world_size=args.divide_initial == "1",
                       throw_on_early_termination=throw_early):
             for step in range(mine):
-                base = torch.arange(8 * 6).to(torch.float).reshape(8, 6)
-                x = torch.sin(base * 0.37 + float(step * 7 + rank * 3))
-                y = torch.cos(torch.arange(8 * 4).to(torch.float).reshape(8, 4) * 0.23
-                              + float(step + rank))
+                x, y = batch(step, rank)
                 use_extra = not find_unused or (step + rank) % 3 == 0
                 if args.no_sync_every > 0 and step % args.no_sync_every == 0:
                     with ddp.no_sync():

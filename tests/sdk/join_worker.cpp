@@ -71,7 +71,34 @@ std::string json_grads(const torch::OrderedDict<std::string, torch::Tensor>& par
   }
   std::string out = json_tensors(defined);
   if (nulls.empty()) return out;
-  return out.size() == 2 ? "{" + nulls.substr(2) + "}" : out.substr(0, out.size() - 1) + nulls + "}";
+  return out.size() == 2 ? "{" + nulls.substr(2) + "}"
+                         : out.substr(0, out.size() - 1) + nulls + "}";
+}
+
+// The seeded (x, y) of one step on one rank (join_ref.py makes the same).
+std::pair<torch::Tensor, torch::Tensor> batch(int step, int rank) {
+  auto base = torch::arange(8 * 6).to(torch::kFloat).reshape({8, 6});
+  auto x = torch::sin(base * 0.37 + static_cast<float>(step * 7 + rank * 3));
+  auto y = torch::cos(torch::arange(8 * 4).to(torch::kFloat).reshape({8, 4}) * 0.23 +
+                      static_cast<float>(step + rank));
+  return {x, y};
+}
+
+// What the rank writes: the error it got, or its parameters, buffers, gradients and steps.
+std::string report(const std::string& error, Net& net, int steps) {
+  std::ostringstream out;
+  if (!error.empty()) {
+    std::string quoted;
+    for (char c : error)
+      quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    out << "{\"error\": \"" << quoted << "\"}\n";
+  } else {
+    out << "{\"params\": " << json_tensors(net->named_parameters())
+        << ", \"buffers\": " << json_tensors(net->named_buffers())
+        << ", \"grads\": " << json_grads(net->named_parameters()) << ", \"steps\": " << steps
+        << "}\n";
+  }
+  return out.str();
 }
 
 }  // namespace
@@ -113,10 +140,7 @@ int main(int argc, char** argv) {
           {&ddp},
           [&] {
             for (int step = 0; step < mine; ++step) {
-              auto base = torch::arange(8 * 6).to(torch::kFloat).reshape({8, 6});
-              auto x = torch::sin(base * 0.37 + static_cast<float>(step * 7 + rank * 3));
-              auto y = torch::cos(torch::arange(8 * 4).to(torch::kFloat).reshape({8, 4}) * 0.23 +
-                                  static_cast<float>(step + rank));
+              auto [x, y] = batch(step, rank);
               const bool use_extra = !find_unused || (step + rank) % 3 == 0;
               if (no_sync_every > 0 && step % no_sync_every == 0) {
                 auto guard = ddp.no_sync();  // accumulates; the next step reduces the sum
@@ -135,19 +159,8 @@ int main(int argc, char** argv) {
       error = e.what();
     }
 
-    std::ostringstream out;
-    if (!error.empty()) {
-      std::string quoted;
-      for (char c : error)
-        quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-      out << "{\"error\": \"" << quoted << "\"}\n";
-    } else {
-      out << "{\"params\": " << json_tensors(net->named_parameters())
-          << ", \"buffers\": " << json_tensors(net->named_buffers())
-          << ", \"grads\": " << json_grads(net->named_parameters()) << ", \"steps\": " << mine
-          << "}\n";
-    }
-    std::ofstream(args["--out"] + "/cpp_rank" + std::to_string(rank) + ".json") << out.str();
+    std::ofstream(args["--out"] + "/cpp_rank" + std::to_string(rank) + ".json")
+        << report(error, net, mine);
     if (error.empty()) pg->barrier();
     return 0;
   });

@@ -44,36 +44,10 @@ def init_weights(module):
             p.copy_(torch.randn(p.shape) / math.sqrt(fan_in))
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="small", choices=["small", "bench"])
-    p.add_argument("--hook", default="powersgd", choices=["powersgd", "allreduce"])
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--rank", type=int, default=2)
-    p.add_argument("--start", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-
-    dist.init_process_group("gloo", init_method="env://")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    bench = args.model == "bench"
-
-    # Count what the hooks hand to all_reduce (they look it up on torch.distributed at call time).
-    real_all_reduce = dist.all_reduce
-    counted = [0]
-    lock = threading.Lock()
-
-    def counting_all_reduce(tensor, *a, **kw):
-        with lock:
-            counted[0] += tensor.numel() * tensor.element_size()
-        return real_all_reduce(tensor, *a, **kw)
-
-    dist.all_reduce = counting_all_reduce
-
+def rank_data(bench, rank, world):
+    """This rank's share of the seeded data set: classes for the bench model, a smooth target
+    for the small one."""
     d_in, out = (1024, 10) if bench else (32, 8)
-    net = Mlp(1024, 2048, 2048, 10) if bench else Mlp(32, 64, 0, 8)
-    init_weights(net)
     torch.manual_seed(7)
     x_all = torch.randn(512, d_in)
     if bench:
@@ -83,8 +57,11 @@ def main():
         t2 = torch.randn(16, out)
         y_all = torch.tanh(x_all @ t1) @ t2
     mine = torch.arange(rank, 512, world)
-    x_rank, y_rank = x_all.index_select(0, mine), y_all.index_select(0, mine)
+    return x_all.index_select(0, mine), y_all.index_select(0, mine)
 
+
+def wrap(net, args, bench):
+    """The model in DDP with --hook; returns it and PowerSGD's state (None for allreduce)."""
     if bench:
         # One bucket (the 25 MB of gradients fit the default 25 MiB cap once the 1 MiB first
         # bucket is lifted; DDP's constructor reads this in 1.13 and 2.x alike). PyTorch's
@@ -102,6 +79,44 @@ def main():
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     else:
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    return ddp, state
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="small", choices=["small", "bench"])
+    p.add_argument("--hook", default="powersgd", choices=["powersgd", "allreduce"])
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--rank", type=int, default=2)
+    p.add_argument("--start", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bench = args.model == "bench"
+
+    # Count what the hooks hand to all_reduce (they look it up on torch.distributed at call time).
+    real_all_reduce = dist.all_reduce
+    counted = [0]
+    lock = threading.Lock()
+
+    def counting_all_reduce(tensor, *a, **kw):
+        with lock:
+            counted[0] += tensor.numel() * tensor.element_size()
+        return real_all_reduce(tensor, *a, **kw)
+
+    dist.all_reduce = counting_all_reduce
+
+    net = Mlp(1024, 2048, 2048, 10) if bench else Mlp(32, 64, 0, 8)
+    init_weights(net)
+    x_rank, y_rank = rank_data(bench, rank, world)
+    ddp, state = wrap(net, args, bench)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     losses, per_step = [], []
     last = 0

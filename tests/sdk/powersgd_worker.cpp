@@ -48,6 +48,46 @@ void init_weights(torch::nn::Module& m) {
   }
 }
 
+// Data: 512 samples of a teacher y = tanh(x T1) T2 (rank r trains on samples r, r+2, ...,
+// 32 per step); for the bench model random inputs and classes, as the benchmark.
+std::pair<torch::Tensor, torch::Tensor> rank_data(bool bench, int rank, int world) {
+  const int64_t in = bench ? 1024 : 32, out = bench ? 10 : 8;
+  torch::manual_seed(7);
+  auto x_all = torch::randn({512, in});
+  torch::Tensor y_all;
+  if (bench) {
+    y_all = torch::randint(0, out, {512}, torch::kLong);
+  } else {
+    auto t1 = torch::randn({in, 16}) / std::sqrt(static_cast<double>(in));
+    auto t2 = torch::randn({16, out});
+    y_all = torch::mm(torch::tanh(torch::mm(x_all, t1)), t2);
+  }
+  auto mine = torch::arange(rank, 512, world, torch::kLong);
+  return {x_all.index_select(0, mine), y_all.index_select(0, mine)};
+}
+
+// --hook: PowerSGD (its state kept in `state`, which counts its bytes) or plain all-reduce
+// (its bytes added to `plain_bytes`).
+template <typename Ddp>
+void register_hook(Ddp& ddp, std::map<std::string, std::string>& args,
+                   const std::shared_ptr<ddprun::ProcessGroup>& pg,
+                   std::shared_ptr<ddprun::hooks::PowerSGDState>& state, int64_t& plain_bytes) {
+  if (args["--hook"] == "powersgd") {
+    ddprun::hooks::PowerSGDOptions o;
+    o.matrix_approximation_rank = std::stoi(args["--rank"]);
+    o.start_powerSGD_iter = std::stoi(args["--start"]);
+    o.random_seed = std::stoull(args["--seed"]);
+    state = std::make_shared<ddprun::hooks::PowerSGDState>(pg, o);
+    ddp.register_comm_hook(ddprun::hooks::powerSGD(state));
+  } else {
+    auto inner = ddprun::hooks::allreduce(pg);
+    ddp.register_comm_hook([inner, &plain_bytes](ddprun::GradBucket& bucket) {
+      plain_bytes += bucket.buffer().numel() * static_cast<int64_t>(bucket.buffer().element_size());
+      return inner(bucket);
+    });
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,42 +107,14 @@ int main(int argc, char** argv) {
     auto pg = ddprun::init_process_group(io);
     const int rank = pg->rank();
 
-    const int64_t in = bench ? 1024 : 32, out = bench ? 10 : 8;
     Mlp net = bench ? Mlp(1024, 2048, 2048, 10) : Mlp(32, 64, 0, 8);
     init_weights(*net);
-    // Data: 512 samples of a teacher y = tanh(x T1) T2 (rank r trains on samples r, r+2, ...,
-    // 32 per step); for the bench model random inputs and classes, as the benchmark.
-    torch::manual_seed(7);
-    auto x_all = torch::randn({512, in});
-    torch::Tensor y_all;
-    if (bench) {
-      y_all = torch::randint(0, out, {512}, torch::kLong);
-    } else {
-      auto t1 = torch::randn({in, 16}) / std::sqrt(static_cast<double>(in));
-      auto t2 = torch::randn({16, out});
-      y_all = torch::mm(torch::tanh(torch::mm(x_all, t1)), t2);
-    }
-    auto mine = torch::arange(rank, 512, pg->size(), torch::kLong);
-    auto x_rank = x_all.index_select(0, mine), y_rank = y_all.index_select(0, mine);
+    auto [x_rank, y_rank] = rank_data(bench, rank, pg->size());
 
     ddprun::DistributedDataParallel ddp(net, pg);
     std::shared_ptr<ddprun::hooks::PowerSGDState> state;
     int64_t plain_bytes = 0;
-    if (args["--hook"] == "powersgd") {
-      ddprun::hooks::PowerSGDOptions o;
-      o.matrix_approximation_rank = std::stoi(args["--rank"]);
-      o.start_powerSGD_iter = std::stoi(args["--start"]);
-      o.random_seed = std::stoull(args["--seed"]);
-      state = std::make_shared<ddprun::hooks::PowerSGDState>(pg, o);
-      ddp.register_comm_hook(ddprun::hooks::powerSGD(state));
-    } else {
-      auto inner = ddprun::hooks::allreduce(pg);
-      ddp.register_comm_hook([inner, &plain_bytes](ddprun::GradBucket& bucket) {
-        plain_bytes +=
-            bucket.buffer().numel() * static_cast<int64_t>(bucket.buffer().element_size());
-        return inner(bucket);
-      });
-    }
+    register_hook(ddp, args, pg, state, plain_bytes);
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     std::vector<double> losses, bytes;
     int64_t last_bytes = 0;

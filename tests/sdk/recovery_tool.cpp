@@ -42,6 +42,27 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// --kill RANK:STEP (empty: nobody is killed, -1 -1).
+std::pair<int, int64_t> kill_point(const std::string& k) {
+  if (k.empty()) return {-1, -1};
+  return {std::stoi(k.substr(0, k.find(':'))), std::stoll(k.substr(k.find(':') + 1))};
+}
+
+// The seeded (x, y) of one step on one rank.
+std::pair<torch::Tensor, torch::Tensor> batch(int64_t step, int rank) {
+  auto x = torch::sin(torch::arange(96).to(torch::kFloat).reshape({16, 6}) * 0.37 +
+                      static_cast<float>(step * 7 + rank * 3));
+  auto y = torch::cos(torch::arange(64).to(torch::kFloat).reshape({16, 4}) * 0.23 +
+                      static_cast<float>(step + rank));
+  return {x, y};
+}
+
+// "shared memory" -> "shared-memory": one word for the output line.
+std::string one_word(std::string text) {
+  for (char& c : text) c = c == ' ' ? '-' : c;
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,12 +76,7 @@ int main(int argc, char** argv) {
                                     {"--zero", "0"}});
   const auto step_pause = std::chrono::milliseconds(std::stoll(args["--step-ms"]));
   const int64_t steps = std::stoll(args["--steps"]);
-  int kill_rank = -1;
-  int64_t kill_step = -1;
-  if (const std::string& k = args["--kill"]; !k.empty()) {
-    kill_rank = std::stoi(k.substr(0, k.find(':')));
-    kill_step = std::stoll(k.substr(k.find(':') + 1));
-  }
+  const auto [kill_rank, kill_step] = kill_point(args["--kill"]);
   return ddprun::record([&] {
     ddprun::InitOptions init;
     init.backend = ddprun::Backend::kGloo;
@@ -87,10 +103,7 @@ int main(int argc, char** argv) {
     ddprun::TrainingLoop loop(ddp, *net, opt);
     auto step_fn = [&](int64_t step) {
       std::this_thread::sleep_for(step_pause);
-      auto x = torch::sin(torch::arange(96).to(torch::kFloat).reshape({16, 6}) * 0.37 +
-                          static_cast<float>(step * 7 + rank * 3));
-      auto y = torch::cos(torch::arange(64).to(torch::kFloat).reshape({16, 4}) * 0.23 +
-                          static_cast<float>(step + rank));
+      auto [x, y] = batch(step, rank);
       auto loss = torch::mse_loss(ddp(x), y);
       if (rank == kill_rank && step == kill_step && pg->generation() == 0 &&
           pg->env().restart_count == 0) {
@@ -111,8 +124,7 @@ int main(int argc, char** argv) {
     } else {
       loop.run(first, steps, step_fn);
     }
-    std::string transport = ddp.transport();  // "shared memory" -> "shared-memory"
-    for (char& c : transport) c = c == ' ' ? '-' : c;
+    const std::string transport = one_word(ddp.transport());
     std::printf("rank %d pid %d params %016" PRIx64 " recoveries %d transport %s\n", rank,
                 static_cast<int>(::getpid()), sdk_tool::params_hash(*net), loop.recoveries(),
                 transport.c_str());

@@ -48,6 +48,18 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   return sizes;
 }
 
+// --optim adam|sgd: what each rank's shard is optimized with.
+ddprun::ZeroRedundancyOptimizer::OptimizerFactory factory_for(const std::string& optim) {
+  if (optim == "adam") {
+    return [](std::vector<torch::Tensor> shard) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::Adam>(shard, torch::optim::AdamOptions(0.01));
+    };
+  }
+  return [](std::vector<torch::Tensor> shard) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(shard, torch::optim::SGDOptions(0.1).momentum(0.9));
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,18 +81,7 @@ int main(int argc, char** argv) {
     ddprun::DistributedDataParallel ddp(net, pg);
     ddprun::ZeroOptions zo;
     zo.parameters_as_bucket_view = args["--bucket-view"] == "1";
-    ddprun::ZeroRedundancyOptimizer::OptimizerFactory factory;
-    if (args["--optim"] == "adam") {
-      factory = [](std::vector<torch::Tensor> shard) -> std::unique_ptr<torch::optim::Optimizer> {
-        return std::make_unique<torch::optim::Adam>(shard, torch::optim::AdamOptions(0.01));
-      };
-    } else {
-      factory = [](std::vector<torch::Tensor> shard) -> std::unique_ptr<torch::optim::Optimizer> {
-        return std::make_unique<torch::optim::SGD>(shard,
-                                                   torch::optim::SGDOptions(0.1).momentum(0.9));
-      };
-    }
-    ddprun::ZeroRedundancyOptimizer opt(net->parameters(), pg, factory, zo);
+    ddprun::ZeroRedundancyOptimizer opt(net->parameters(), pg, factory_for(args["--optim"]), zo);
 
     const int64_t batch = 8, in = sizes.front(), out_dim = sizes.back();
     for (int step = 0; step < steps; ++step) {

@@ -31,7 +31,7 @@ class Mlp(torch.nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=["ddp", "local"], default="ddp")
     p.add_argument("--warmup", type=int, default=5)
@@ -45,6 +45,44 @@ def main():
     args = p.parse_args()
     if args.hook == "powersgd" and args.psgd_start > args.warmup:
         p.error("--psgd-start must not exceed --warmup (time compressed steps)")
+    return args
+
+
+def wrap(model, args):
+    """--mode ddp: the model in DDP with --find-unused and --hook."""
+    if args.hook == "powersgd":
+        # One bucket: powerSGD_hook over Gloo with several buckets issues its follow-up
+        # all-reduces from Gloo's callback threads in an order that differs between ranks
+        # (1.13 aborts, 2.x hangs). ddp_bench.cpp uses one bucket too.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 64 << 20
+    net = torch.nn.parallel.DistributedDataParallel(
+        model, find_unused_parameters=args.find_unused == "1")
+    if args.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.psgd_rank,
+            start_powerSGD_iter=args.psgd_start)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif args.hook == "allreduce":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        net.register_comm_hook(None, default_hooks.allreduce_hook)
+    return net
+
+
+def zero_state_text(opt):
+    """The text " state=<the largest rank's optimizer state bytes> state_total=<all ranks'>"
+    (a collective: every rank calls it)."""
+    mine = sum(v.numel() * v.element_size() for st in opt.optim.state.values()
+               for v in st.values() if torch.is_tensor(v))
+    largest = torch.tensor([mine], dtype=torch.int64)
+    total = largest.clone()
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(total)
+    return f" state={largest.item()} state_total={total.item()}"
+
+
+def main():
+    args = parse_args()
 
     dist.init_process_group("gloo")
     real_all_reduce = dist.all_reduce
@@ -60,22 +98,7 @@ def main():
     model = Mlp()
     net = model
     if args.mode == "ddp":
-        if args.hook == "powersgd":
-            # One bucket: powerSGD_hook over Gloo with several buckets issues its follow-up
-            # all-reduces from Gloo's callback threads in an order that differs between ranks
-            # (1.13 aborts, 2.x hangs). ddp_bench.cpp uses one bucket too.
-            dist._DEFAULT_FIRST_BUCKET_BYTES = 64 << 20
-        net = torch.nn.parallel.DistributedDataParallel(
-            model, find_unused_parameters=args.find_unused == "1")
-        if args.hook == "powersgd":
-            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-            state = powerSGD_hook.PowerSGDState(
-                process_group=None, matrix_approximation_rank=args.psgd_rank,
-                start_powerSGD_iter=args.psgd_start)
-            net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-        elif args.hook == "allreduce":
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            net.register_comm_hook(None, default_hooks.allreduce_hook)
+        net = wrap(model, args)
         if args.hook != "none":
             dist.all_reduce = counting_all_reduce
     torch.manual_seed(1 + dist.get_rank())
@@ -112,15 +135,7 @@ def main():
         per_step = hooked
     t = torch.tensor([ms], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    state = ""
-    if args.optim == "zero-adam":
-        mine = sum(v.numel() * v.element_size() for st in opt.optim.state.values()
-                   for v in st.values() if torch.is_tensor(v))
-        largest = torch.tensor([mine], dtype=torch.int64)
-        total = largest.clone()
-        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
-        dist.all_reduce(total)
-        state = f" state={largest.item()} state_total={total.item()}"
+    state = zero_state_text(opt) if args.optim == "zero-adam" else ""
     if dist.get_rank() == 0:
         print(f"result impl=python mode={args.mode} step_ms={t.item():.3f} bytes={per_step}"
               f"{state}", flush=True)

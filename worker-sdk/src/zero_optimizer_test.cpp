@@ -164,31 +164,39 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
+// A module holding `params` as p0, p1, ... (what a checkpoint saves them under).
+std::shared_ptr<torch::nn::Module> module(std::vector<torch::Tensor> params) {
+  auto m = std::make_shared<torch::nn::Module>();
+  for (size_t k = 0; k < params.size(); ++k) {
+    std::string name = std::to_string(k);
+    name.insert(name.begin(), 'p');  // not "p" + string: GCC 12 warns on it (a false positive)
+    m->register_parameter(name, params[k]);
+  }
+  return m;
+}
+
+// The unsharded reference: 3 steps, a checkpoint at `path`, 2 more steps.
+void run_reference(std::vector<torch::Tensor>& ref, torch::optim::Optimizer& plain,
+                   const std::string& path) {
+  for (int step = 0; step < 3; ++step) {
+    set_grads(ref, step);
+    plain.step();
+  }
+  save_checkpoint(path, {0, 3, {}}, *module(ref), plain);
+  for (int step = 3; step < 5; ++step) {
+    set_grads(ref, step);
+    plain.step();
+  }
+}
+
 TEST(ZeroOptimizer, CheckpointRoundTripAndPlainOptimizerInterop) {
   TempDir dir;
   const std::string path = (dir.path / "ckpt.pt").string();
-  auto module = [](std::vector<torch::Tensor> params) {
-    auto m = std::make_shared<torch::nn::Module>();
-    for (size_t k = 0; k < params.size(); ++k) {
-      std::string name = std::to_string(k);
-      name.insert(name.begin(), 'p');  // not "p" + string: GCC 12 warns on it (a false positive)
-      m->register_parameter(name, params[k]);
-    }
-    return m;
-  };
   // Unsharded reference: 3 steps, save, 2 more steps.
   auto ref = make_params(kShapes);
   auto plain = adam()(ref);
-  for (int step = 0; step < 3; ++step) {
-    set_grads(ref, step);
-    plain->step();
-  }
   const std::string plain_path = (dir.path / "plain.pt").string();
-  save_checkpoint(plain_path, {0, 3, {}}, *module(ref), *plain);
-  for (int step = 3; step < 5; ++step) {
-    set_grads(ref, step);
-    plain->step();
-  }
+  run_reference(ref, *plain, plain_path);
   run_ranks(2, [&](int rank, ProcessGroup& pg) {
     std::shared_ptr<ProcessGroup> group(&pg, [](ProcessGroup*) {});
     auto params = make_params(kShapes);
