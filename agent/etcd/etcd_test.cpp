@@ -27,7 +27,6 @@
 #include "store/client.hpp"
 #include "store/sys/temp_dir.hpp"
 
-
 namespace ddprun {
 namespace {
 
