@@ -109,16 +109,10 @@ inline Entry silence() {
 class FakeDns {
  public:
   explicit FakeDns(std::map<std::string, Entry> table) : table_(std::move(table)) {
-    sock_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(sock_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0);
-    socklen_t len = sizeof sin;
-    ::getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&sin), &len);
-    port_ = ntohs(sin.sin_port);
-    listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0);
+    // The UDP socket takes an ephemeral port; the TCP listener needs the same number, which
+    // another process (a test running beside this one) may hold, so try again until both bind.
+    for (int attempt = 0; attempt < 100 && !listener_; ++attempt) bind_both();
+    EXPECT_TRUE(listener_) << "no loopback port free for both UDP and TCP";
     EXPECT_EQ(::listen(listener_.get(), 4), 0);
     stop_ = make_pipe();
     thread_ = std::thread([this] { serve(); });
@@ -137,40 +131,67 @@ class FakeDns {
   }
 
  private:
+  void bind_both() {
+    sock_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(sock_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0) return;
+    socklen_t len = sizeof sin;
+    ::getsockname(sock_.get(), reinterpret_cast<sockaddr*>(&sin), &len);
+    port_ = ntohs(sin.sin_port);
+    UniqueFd tcp(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::bind(tcp.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) == 0) {
+      listener_ = std::move(tcp);
+    }
+  }
+
+  // UDP queries, TCP connections and their queries as they come (a client keeps a TCP
+  // connection open while it asks over UDP too), until the destructor says stop.
   void serve() {
-    pollfd fds[3] = {
-        {sock_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}, {stop_.read.get(), POLLIN, 0}};
-    while (::poll(fds, 3, -1) > 0 && !(fds[2].revents & POLLIN)) {
-      if (fds[1].revents & POLLIN)
-        serve_tcp(UniqueFd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC)));
-      if (!(fds[0].revents & POLLIN)) continue;
-      uint8_t buf[512];
-      sockaddr_storage peer{};
-      socklen_t peer_len = sizeof peer;
-      ssize_t n = ::recvfrom(sock_.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&peer),
-                             &peer_len);
-      std::vector<uint8_t> reply = reply_to(buf, n, false);
-      if (!reply.empty()) {
-        ::sendto(sock_.get(), reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&peer),
-                 peer_len);
+    std::vector<UniqueFd> conns;
+    for (;;) {
+      std::vector<pollfd> fds = {
+          {stop_.read.get(), POLLIN, 0}, {sock_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+      for (const UniqueFd& c : conns) fds.push_back({c.get(), POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) <= 0 || (fds[0].revents & POLLIN)) return;
+      if (fds[1].revents & POLLIN) serve_udp();
+      for (size_t i = conns.size(); i-- > 0;) {
+        if (fds[3 + i].revents && !serve_tcp(conns[i].get())) conns.erase(conns.begin() + i);
+      }
+      if (fds[2].revents & POLLIN) {
+        conns.emplace_back(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       }
     }
   }
 
-  // Queries after a two-byte length each, until the client closes the connection.
-  void serve_tcp(UniqueFd conn) {
+  void serve_udp() {
+    uint8_t buf[512];
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    ssize_t n =
+        ::recvfrom(sock_.get(), buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&peer), &peer_len);
+    std::vector<uint8_t> reply = reply_to(buf, n, false);
+    if (!reply.empty()) {
+      ::sendto(sock_.get(), reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&peer),
+               peer_len);
+    }
+  }
+
+  // One query after its two-byte length; false once the connection is done.
+  bool serve_tcp(int conn) {
     uint8_t len[2];
     uint8_t buf[512];
-    while (::recv(conn.get(), len, 2, MSG_WAITALL) == 2) {
-      const size_t size = std::min<size_t>(sizeof buf, len[0] << 8 | len[1]);
-      ssize_t n = ::recv(conn.get(), buf, size, MSG_WAITALL);
-      std::vector<uint8_t> reply = reply_to(buf, n, true);
-      if (reply.empty()) return;
-      std::vector<uint8_t> out;
-      put16(out, static_cast<uint16_t>(reply.size()));
-      out.insert(out.end(), reply.begin(), reply.end());
-      write_all(conn.get(), reinterpret_cast<const char*>(out.data()), out.size());
-    }
+    if (::recv(conn, len, 2, MSG_WAITALL) != 2) return false;
+    const size_t size = std::min<size_t>(sizeof buf, len[0] << 8 | len[1]);
+    ssize_t n = ::recv(conn, buf, size, MSG_WAITALL);
+    std::vector<uint8_t> reply = reply_to(buf, n, true);
+    if (reply.empty()) return false;
+    std::vector<uint8_t> out;
+    put16(out, static_cast<uint16_t>(reply.size()));
+    out.insert(out.end(), reply.begin(), reply.end());
+    write_all(conn, reinterpret_cast<const char*>(out.data()), out.size());
+    return true;
   }
 
   // The answer to one query (none for a silent name or garbage), the question logged.
