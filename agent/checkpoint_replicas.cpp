@@ -177,7 +177,7 @@ asio::awaitable<void> CheckpointReplicas::serve_get(tcp::socket& socket, int ran
     for (const auto& e : fs::directory_iterator(from, ec)) {
       const std::string name = e.path().filename().string();
       if (!e.is_regular_file() || !is_checkpoint_name(name)) continue;
-      sys::UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
+      sys::UniqueFd fd = co_await open_saved(io_, e.path().string());
       struct stat st {};
       if (!fd || ::fstat(fd.get(), &st) != 0) continue;
       std::string head = json{{"name", name}, {"size", st.st_size}}.dump() + "\n";
@@ -246,14 +246,14 @@ asio::awaitable<void> CheckpointReplicas::push_loop() {
 
 asio::awaitable<std::string> CheckpointReplicas::push(const std::string& name) {
   const std::string path = dir_ + "/" + name;
-  sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0) co_return std::string();  // gone since: nothing to do
   const ReplicaPeer to = successor_;
   const int rank = rank_;
   const int round = round_;
   tcp::socket socket(io_);
   try {
+    sys::UniqueFd fd = co_await open_saved(io_, path);
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) co_return std::string();  // gone since: nothing to do
     co_await connect(io_, socket, to);
     Deadline deadline(io_, socket, kTransferTimeout);
     std::string head = json{{"op", "put"},    {"job", job_},  {"rank", rank},

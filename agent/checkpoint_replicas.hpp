@@ -7,7 +7,9 @@
 // inotify when its file is renamed into place (atomic saves only: names starting with '.' and
 // temp names are skipped); the push runs in the agent's event loop, never blocking a worker, and
 // sends the newest content of each name (a save that lands while an older one is on the wire is
-// sent next; the ones between are skipped). The successor keeps them under
+// sent next; the ones between are skipped). A file is read under a shared flock: the Python
+// module's saver writes over an earlier save's file, but only under an exclusive one
+// (worker-sdk/python/ddprun/checkpoint.py), so what is sent is never half written. The successor keeps them under
 // <dir>/.replicas/<node rank>/, hidden from the workers' loads.
 //
 // When a round forms, before its workers start, a node whose rank's state it does not hold

@@ -1,10 +1,13 @@
 // CheckpointReplicas over real sockets on loopback, two or three "nodes" in one io_context: a
 // save is pushed to the successor, a replacement node restores the dead node's state from its
-// peer, two nodes that swap ranks swap states, and requests of another job or malformed ones
-// get nothing. tests/recovery/test_memory_replication.py runs it with real agents and torch.
+// peer, two nodes that swap ranks swap states, a file its saver still holds is sent once it is
+// let go, and requests of another job or malformed ones get nothing.
+// tests/recovery/test_memory_replication.py runs it with real agents and torch.
 #include "agent/checkpoint_replicas.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <fstream>
 #include <functional>
 
+#include "store/sys/fd.hpp"
 #include "store/sys/temp_dir.hpp"
 
 namespace ddprun::agent {
@@ -120,6 +124,25 @@ TEST_F(ReplicasTest, NodesThatSwapRanksSwapStates) {
   form_all({{a.get(), 1}, {b.get(), 0}}, 1);
   EXPECT_EQ(read(fs::path(da.path()) / "shard.pt"), "shard 1");
   EXPECT_EQ(read(fs::path(db.path()) / "shard.pt"), "shard 0");
+}
+
+// The Python module's saver keeps an exclusive flock on its file from before it writes it until
+// after it is in place; the push waits for it to let go, and never sends a file half written.
+TEST_F(ReplicasTest, AFileItsSaverStillHoldsIsSentOnceLetGo) {
+  sys::TempDir da("ddprun_replicas_a"), db("ddprun_replicas_b");
+  auto a = node(da), b = node(db);
+  form_all({{a.get(), 0}, {b.get(), 1}}, 0);
+  const std::string temp = da.path() + "/.state.pt.123.tmp";
+  std::ofstream(temp) << "half of it";
+  sys::UniqueFd held(::open(temp.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_EQ(::flock(held.get(), LOCK_EX | LOCK_NB), 0);
+  fs::rename(temp, da.path() + "/state.pt");
+  const fs::path on_b = fs::path(db.path()) / ".replicas" / "0" / "state.pt";
+  EXPECT_FALSE(run_until([&] { return fs::exists(on_b); }, 300ms));
+  ASSERT_EQ(::pwrite(held.get(), "all of it!", 10, 0), 10);
+  held.reset();
+  ASSERT_TRUE(run_until([&] { return fs::exists(on_b); }));
+  EXPECT_EQ(read(on_b), "all of it!");
 }
 
 TEST_F(ReplicasTest, AnotherJobAndMalformedRequestsGetNothing) {

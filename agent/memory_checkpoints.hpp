@@ -7,8 +7,9 @@
 // The bound (DDPRUN_MEMORY_CHECKPOINT_LIMIT, bytes) is kept by the savers, which refuse a save
 // that would pass it; the agent reports the use. A save is atomic: the savers write a temp
 // file (".<name>.<pid>.tmp" from Python, "<name>.tmp.<pid>" from C++) and rename it, so a
-// reader finds a complete checkpoint or the previous one; the temp files of saves a killed
-// worker left are removed before each attempt starts.
+// reader finds a complete checkpoint or the previous one (Python swaps the two and keeps the
+// previous save's file to write the next one into); the temp files are removed before each
+// attempt starts.
 // The directory goes with the job: the agent removes it when it ends, and the orphan guardian
 // when the agent was killed. Where both were killed at once (a whole process tree, an OOM kill
 // of the cgroup), the next agent of the same user on the node removes it: each agent holds an

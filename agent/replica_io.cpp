@@ -1,9 +1,11 @@
 #include "agent/replica_io.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
@@ -72,6 +74,19 @@ asio::awaitable<std::string> read_line(tcp::socket& s, asio::streambuf& buf) {
   std::string line(asio::buffers_begin(buf.data()), asio::buffers_begin(buf.data()) + n - 1);
   buf.consume(n);
   co_return line;
+}
+
+asio::awaitable<sys::UniqueFd> open_saved(asio::io_context& io, const std::string& path) {
+  constexpr auto kPause = std::chrono::milliseconds(1);
+  constexpr int kTries = 5000;
+  for (int i = 0; i < kTries; ++i) {
+    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd || ::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) co_return fd;
+    fd.reset();  // a save holds it: open the name again, which may be a newer file by then
+    asio::steady_timer pause(io, kPause);
+    co_await pause.async_wait(asio::use_awaitable);
+  }
+  throw std::runtime_error(path + ": a save has held it for over 5 s");
 }
 
 // Writes `size` bytes of `fd` to the socket.

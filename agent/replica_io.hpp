@@ -15,6 +15,7 @@
 #include <string>
 
 #include "agent/checkpoint_replicas.hpp"
+#include "store/sys/fd.hpp"
 
 namespace ddprun::agent::replica_io {
 
@@ -48,6 +49,14 @@ void set_stamp(const std::string& dir, int round);
 // Reads one line (without its '\n') of at most kMaxLine bytes; throws on EOF or a longer one.
 boost::asio::awaitable<std::string> read_line(boost::asio::ip::tcp::socket& s,
                                               boost::asio::streambuf& buf);
+// Opens the saved checkpoint at `path` for reading, with a shared flock held while the fd
+// lives. The Python module's saves write over the file of an earlier save (one that a newer
+// save has replaced) only when they can flock it exclusively, so a file read under this lock is
+// never being written. Waits, 1 ms at a time, while a save holds the file (it has just put it
+// in place and not yet let go); invalid where the file is gone. Throws where a save holds it
+// for over 5 s (a stopped worker).
+boost::asio::awaitable<sys::UniqueFd> open_saved(boost::asio::io_context& io,
+                                                 const std::string& path);
 // Writes `size` bytes of `fd` to the socket.
 boost::asio::awaitable<void> send_file(boost::asio::ip::tcp::socket& s, int fd, uint64_t size);
 // Receives `size` bytes (some may already be in `buf`) into `path`, atomically: a temp file

@@ -5,7 +5,9 @@ the bound is kept; the directory is private to the job and goes with it, even wh
 SIGKILLed; outside ddprun the module does nothing; its heartbeat() reaches hang detection."""
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 from conftest import SOURCE_DIR, TORCH1_PYTHON, TORCH2_PYTHON, wait_for
@@ -140,6 +142,57 @@ def test_what_a_save_holds_comes_back(torch, tmp_path):
     assert r.stdout.splitlines() == [
         "format DDPRUN-CKPT1", "fallback PK 3.0", "custom refused: UnpicklingError",
         "trusted Custom", "left ['checkpoint.pt', 'custom.pt', 'other.pt']"], r.stdout
+
+
+REUSE = r"""
+import fcntl, os, sys, torch, ddprun
+d = os.environ["DDPRUN_MEMORY_CHECKPOINT_DIR"]
+final = os.path.join(d, "checkpoint.pt")
+temp = os.path.join(d, f".checkpoint.{os.getpid()}.tmp")
+ino = lambda path: os.stat(path).st_ino
+save = lambda v: ddprun.save_checkpoint({"v": v, "w": torch.full((2**18,), float(v))})
+save(1)
+first = ino(final)
+save(2)
+print("previous save kept as the temp file:", ino(temp) == first)
+save(3)
+print("third save in the first one's file:", ino(final) == first)
+# A reader holding a shared flock (as the agent does while it sends a save to another node)
+# keeps its file: the save that would write over it gets a new file.
+fd = os.open(final, os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_SH)
+held = os.pread(fd, 2**21, 0)
+save(4)
+save(5)
+print("held file unchanged:", os.pread(fd, 2**21, 0) == held, ino(final) != os.fstat(fd).st_ino)
+os.close(fd)
+print("newest:", ddprun.load_checkpoint()["v"], float(ddprun.load_checkpoint()["w"][0]))
+# Where the bound has no room for the previous save too, each save makes a new file.
+size = os.stat(final).st_blocks * 512
+os.environ["DDPRUN_MEMORY_CHECKPOINT_LIMIT"] = str(size + size // 2)
+os.unlink(temp)
+save(6)
+save(7)
+print("bounded:", sorted(os.listdir(d)), ddprun.load_checkpoint()["v"])
+"""
+
+
+# A save writes over the pages of the save before the last (they cost more to get than the copy
+# into them), never over a file that a reader holds, and only where the bound has room.
+@pytest.mark.parametrize("torch", ["torch1", "torch2"])
+def test_saves_reuse_the_previous_saves_memory(torch, tmp_path):
+    (tmp_path / "reuse.py").write_text(REUSE)
+    memory = tempfile.mkdtemp(prefix="ddprun-test-", dir="/dev/shm")
+    try:
+        r = subprocess.run([PYTHONS[torch], "reuse.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120,
+                           env=env(PYTHONS[torch], DDPRUN_MEMORY_CHECKPOINT_DIR=memory))
+    finally:
+        shutil.rmtree(memory)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "previous save kept as the temp file: True", "third save in the first one's file: True",
+        "held file unchanged: True True", "newest: 5 5.0", "bounded: ['checkpoint.pt'] 7"], r.stdout
 
 
 BOUNDED = r"""

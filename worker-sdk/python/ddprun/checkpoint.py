@@ -4,9 +4,18 @@ ddprun gives every job a directory on a tmpfs, private to the job's user, remove
 ends (DDPRUN_MEMORY_CHECKPOINT_DIR, bounded by --memory-checkpoints). save_checkpoint() writes
 an object there (a memory copy, no disk write), load_checkpoint() reads it back after a restart.
 A save costs the caller one copy of the tensors and is written when the call returns. A save
-is atomic: it goes to a temp file that is renamed over the previous one, so a worker killed in
-the middle of a save leaves the previous checkpoint, never a torn one (ddprun removes the temp
-file before the next attempt).
+is atomic: it goes to a temp file that takes the previous one's place in one rename, so a worker
+killed in the middle of a save leaves the previous checkpoint, never a torn one (ddprun removes
+the temp file before the next attempt).
+
+Saving every step should cost little more than the copy. A new file's memory pages cost more to
+get than the copy into them, so the rename is an exchange (renameat2's RENAME_EXCHANGE): the
+previous save becomes the temp file, and the next save writes over its pages. The agent sends
+saves to another node while the workers run; it holds a shared flock on a file while it reads
+it, and a save takes an exclusive one (without waiting) on the temp file before writing into
+it: a file being read is never written, the save gets a new file instead. Where keeping the
+previous save would pass the job's bound, or the kernel cannot exchange, a save makes a new
+file each time and the previous one is freed.
 
 The directory is per node: on one node every rank sees every save. Where ranks hold the same
 state (DDP), let rank 0 save and load and broadcast it; where each holds its own part (a
@@ -43,10 +52,10 @@ def _limit():
 
 
 def _used(directory, besides):
-    """Bytes the other checkpoints in the directory hold."""
+    """Bytes the files in the directory hold, but for the paths in `besides`."""
     total = 0
     for entry in os.scandir(directory):
-        if entry.is_file(follow_symlinks=False) and entry.path != besides:
+        if entry.is_file(follow_symlinks=False) and entry.path not in besides:
             total += entry.stat(follow_symlinks=False).st_blocks * 512
     return total
 
@@ -83,79 +92,211 @@ class _NotPlain(Exception):
     pass
 
 
+def _tensor_at(index):
+    """What stands for a tensor in a raw save's skeleton; the loader maps it to the tensor."""
+    raise RuntimeError("a ddprun in-memory checkpoint is read by ddprun.load_checkpoint()")
+
+
+_DTYPE_NAMES = {}
+
+
+def _dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).split(".")[-1]
+    return name
+
+
+def _tensor_bytes_view(t):
+    """`t`'s bytes in memory order, as an object that the buffer protocol writes as they are."""
+    import torch
+    if t.requires_grad:
+        t = t.detach()
+    if not (t.is_cpu and t.is_contiguous()):
+        t = t.to("cpu").contiguous()
+    if not t.numel():
+        return b""
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # no numpy dtype (bfloat16, ...), conjugate bit
+        return t.resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+_pickler_class = None
+
+
+def _pickler(buf):
+    """A pickler that writes each plain dense tensor as a reference to its place in the save
+    (its `tensors` list), and raises _NotPlain at any other tensor."""
+    import pickle
+    import torch
+    global _pickler_class
+    if _pickler_class is None:
+        plain = (torch.Tensor, torch.nn.Parameter)
+
+        class Pickler(pickle.Pickler):
+            # Called for objects other than plain containers and values: far fewer calls than
+            # persistent_id, which pickle makes for every object.
+            def reducer_override(self, o):
+                if not isinstance(o, torch.Tensor):
+                    return NotImplemented
+                if type(o) not in plain or o.layout != torch.strided or o.is_quantized:
+                    raise _NotPlain()
+                i = self.index.get(id(o))
+                if i is None:
+                    i = self.index[id(o)] = len(self.tensors)
+                    self.tensors.append(o)
+                return _tensor_at, (i,)
+        _pickler_class = Pickler
+    pickler = _pickler_class(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.tensors, pickler.index = [], {}
+    return pickler
+
+
 def _raw_parts(obj):
-    """The raw format's parts for `obj` (bytes-like objects to write in order), or None when one
-    of its tensors is not a plain dense tensor (then torch.save writes it)."""
+    """The raw format's parts for `obj` (bytes-like objects to write in order) and their size,
+    or None when one of its tensors is not a plain dense tensor (then torch.save writes it)."""
     import io
     import pickle
     import torch
-    tensors, index = [], {}
-
-    def persistent_id(o):
-        if not isinstance(o, torch.Tensor):
-            return None
-        if (type(o) not in (torch.Tensor, torch.nn.Parameter) or o.layout != torch.strided
-                or o.is_quantized):
-            raise _NotPlain()
-        if id(o) not in index:
-            index[id(o)] = len(tensors)
-            tensors.append(o)
-        return index[id(o)]
-
     buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.persistent_id = persistent_id
+    pickler = _pickler(buf)
     try:
         pickler.dump(obj)
     except _NotPlain:
         return None
     meta, datas = [], []
-    for t in tensors:
-        meta.append((str(t.dtype).split(".")[-1], tuple(t.shape), t.requires_grad,
+    for t in pickler.tensors:
+        meta.append((_dtype_name(t.dtype), tuple(t.shape), t.requires_grad,
                      type(t) is torch.nn.Parameter))
-        t = t.detach().to("cpu").contiguous().reshape(-1)
-        datas.append(t.view(torch.uint8).numpy() if t.numel() else b"")
+        datas.append(_tensor_bytes_view(t))
     header = pickle.dumps((buf.getvalue(), meta), protocol=pickle.HIGHEST_PROTOCOL)
     parts = [_MAGIC, len(header).to_bytes(8, "little"), header]
     at = len(_MAGIC) + 8 + len(header)
     for data in datas:
         pad = -at % _ALIGN
-        parts += [bytes(pad), data]
-        at += pad + len(data)
-    return parts
+        if pad:
+            parts.append(bytes(pad))
+        parts.append(data)
+        at += pad + memoryview(data).nbytes
+    return parts, at
+
+
+_IOV_MAX = 1024
+_rename2 = None  # libc's renameat2, False where there is none
+
+
+def _write_all(fd, parts):
+    """Writes `parts` one after another from the start of `fd`; returns the bytes written."""
+    at = 0
+    for first in range(0, len(parts), _IOV_MAX):
+        group = [memoryview(p).cast("B") for p in parts[first:first + _IOV_MAX]]
+        size = sum(v.nbytes for v in group)
+        done = os.pwritev(fd, group, at)
+        while done < size:  # a short write: the rest piece by piece
+            skip = done
+            for v in group:
+                if skip >= v.nbytes:
+                    skip -= v.nbytes
+                    continue
+                done += os.pwrite(fd, v[skip:], at + done)
+                break
+        at += size
+    return at
+
+
+def _exchange(temp, final):
+    """Swaps the two names in one step (renameat2's RENAME_EXCHANGE). False, with nothing
+    changed, where `final` does not exist yet or this kernel or file system cannot swap."""
+    import ctypes
+    import errno
+    global _rename2
+    if _rename2 is None:
+        try:
+            _rename2 = ctypes.CDLL(None, use_errno=True).renameat2
+            _rename2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                 ctypes.c_uint]
+        except (OSError, AttributeError):
+            _rename2 = False
+    if not _rename2:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if _rename2(at_fdcwd, os.fsencode(temp), at_fdcwd, os.fsencode(final), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        _rename2 = False
+    elif err != errno.ENOENT:
+        raise OSError(err, os.strerror(err), final)
+    return False
+
+
+def _open_temp(temp):
+    """The temp file, locked: the previous save's pages to write over, or a new file where
+    there is none or the agent is reading it (sending it to another node)."""
+    import fcntl
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        os.close(fd)
+    os.unlink(temp)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _blocks(path):
+    try:
+        return os.stat(path).st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
+def _over_bound(name, size, used, limit, about=""):
+    return CheckpointLimitError(
+        f"in-memory checkpoint {name!r} ({about}{size / 2**20:.0f} MiB) would pass the job's "
+        f"bound of {limit / 2**20:.0f} MiB ({used / 2**20:.0f} MiB in use); "
+        "raise ddprun --memory-checkpoints")
 
 
 def _write(directory, name, obj):
-    """Writes `obj` into a temp file, renamed over the previous save: atomic."""
+    """Writes `obj` into the temp file, which then takes the previous save's place: atomic."""
     import torch
     final = _path(directory, name)
     limit = _limit()
     temp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    raw = _raw_parts(obj)
+    used = _used(directory, (final, temp)) if limit else 0
+    if limit:  # refused before a byte is written
+        more = raw[1] if raw is not None else _tensor_bytes(obj)
+        if used + more > limit:
+            raise _over_bound(name, more, used, limit, "" if raw is not None else "about ")
+    fd = _open_temp(temp)
     try:
-        parts = _raw_parts(obj)
-        with open(temp, "wb", buffering=0 if parts is not None else -1) as f:
-            if parts is None:
+        if raw is None:
+            with os.fdopen(fd, "wb", closefd=False) as f:
                 torch.save(obj, f)
-            else:
-                for part in parts:
-                    view = memoryview(part)
-                    while view.nbytes:
-                        view = view[f.write(view):]
-        if limit:
-            used = _used(directory, final) - os.stat(temp).st_blocks * 512
-            size = os.stat(temp).st_blocks * 512
-            if used + size > limit:
-                raise CheckpointLimitError(
-                    f"in-memory checkpoint {name!r} ({size / 2**20:.0f} MiB) would pass the "
-                    f"job's bound of {limit / 2**20:.0f} MiB ({used / 2**20:.0f} MiB in use); "
-                    "raise ddprun --memory-checkpoints")
-        os.replace(temp, final)
+                size = f.tell()
+        else:
+            size = _write_all(fd, raw[0])
+        os.ftruncate(fd, size)  # what is left of a longer previous save
+        size = os.fstat(fd).st_blocks * 512
+        if limit and used + size > limit:
+            raise _over_bound(name, size, used, limit)
+        if not _exchange(temp, final):
+            os.replace(temp, final)
+        elif limit and used + size + _blocks(temp) > limit:
+            os.unlink(temp)  # no room to keep the previous save for the next one to write over
     except BaseException:
         try:
             os.unlink(temp)
         except OSError:
             pass
         raise
+    finally:
+        os.close(fd)
 
 
 def save_checkpoint(obj, name="checkpoint", wait=False):
@@ -171,16 +312,6 @@ def save_checkpoint(obj, name="checkpoint", wait=False):
     directory = memory_checkpoint_dir()
     if directory is None:
         return False
-    final = _path(directory, name)
-    limit = _limit()
-    if limit:
-        used = _used(directory, final)
-        more = _tensor_bytes(obj)
-        if used + more > limit:
-            raise CheckpointLimitError(
-                f"in-memory checkpoint {name!r}: about {more / 2**20:.0f} MiB more would pass "
-                f"the job's bound of {limit / 2**20:.0f} MiB ({used / 2**20:.0f} MiB in use); "
-                "raise ddprun --memory-checkpoints")
     _write(directory, name, obj)
     return True
 
@@ -193,11 +324,13 @@ class _WeightsOnly:
                ("builtins", "complex"), ("builtins", "slice"), ("builtins", "range")}
 
     @classmethod
-    def unpickler(cls, file):
+    def unpickler(cls, file, tensors=()):
         import pickle
 
         class Unpickler(pickle.Unpickler):
             def find_class(self, module, name):
+                if (module, name) == (__name__, "_tensor_at"):
+                    return tensors.__getitem__
                 if (module, name) in cls.ALLOWED:
                     return super().find_class(module, name)
                 raise pickle.UnpicklingError(
@@ -257,10 +390,15 @@ def _load_raw(f, map_location, weights_only):
             t = t.to(device)
         tensors.append(torch.nn.Parameter(t, requires_grad) if parameter
                        else t.requires_grad_() if requires_grad else t)
-    unpickler = (_WeightsOnly.unpickler(io.BytesIO(skeleton)) if weights_only
-                 else pickle.Unpickler(io.BytesIO(skeleton)))
-    unpickler.persistent_load = lambda i: tensors[i]
-    return unpickler.load()
+    if weights_only:
+        return _WeightsOnly.unpickler(io.BytesIO(skeleton), tensors).load()
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == (__name__, "_tensor_at"):
+                return tensors.__getitem__
+            return super().find_class(module, name)
+    return Unpickler(io.BytesIO(skeleton)).load()
 
 
 def load_checkpoint(name="checkpoint", map_location="cpu", **load_args):
