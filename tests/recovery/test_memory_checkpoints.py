@@ -182,7 +182,8 @@ print("bounded:", sorted(os.listdir(d)), ddprun.load_checkpoint()["v"])
 @pytest.mark.parametrize("torch", ["torch1", "torch2"])
 def test_saves_reuse_the_previous_saves_memory(torch, tmp_path):
     (tmp_path / "reuse.py").write_text(REUSE)
-    memory = tempfile.mkdtemp(prefix="ddprun-test-", dir="/dev/shm")
+    # Not "ddprun-...": an agent of a test beside this one removes such directories nobody locks.
+    memory = tempfile.mkdtemp(prefix="reuse-test-", dir="/dev/shm")
     try:
         r = subprocess.run([PYTHONS[torch], "reuse.py"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120,
