@@ -1,11 +1,16 @@
 #include "ddprun/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
+#include <limits.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -90,24 +95,129 @@ std::optional<std::pair<fs::path, uint64_t>> memory_dir() {
   return std::make_pair(fs::path(dir), limit ? std::strtoull(limit, nullptr, 10) : 0);
 }
 
+// Bytes the files in `dir` hold (their memory pages), but for `a` and `b`.
+uint64_t used_besides(const fs::path& dir, const fs::path& a, const fs::path& b) {
+  uint64_t used = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    struct stat st;
+    if (entry.path() != a && entry.path() != b && ::lstat(entry.path().c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode)) {
+      used += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return used;
+}
+
+uint64_t blocks_of(const fs::path& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
+[[noreturn]] void fail_over_bound(const fs::path& target, uint64_t bytes, uint64_t used,
+                                  uint64_t limit) {
+  fail(target, "this save (" + std::to_string(bytes >> 20) +
+                   " MiB) would pass the job's in-memory bound of " + std::to_string(limit >> 20) +
+                   " MiB (" + std::to_string(used >> 20) +
+                   " MiB in use); raise ddprun --memory-checkpoints");
+}
+
 // A save into the memory directory that would pass its bound: refused before anything changed.
 void check_memory_bound(const fs::path& target, size_t bytes) {
   auto memory = memory_dir();
   if (!memory || memory->second == 0 || target.parent_path() != fs::absolute(memory->first)) {
     return;
   }
-  uint64_t used = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(memory->first, ec)) {
-    if (entry.path() != target && entry.is_regular_file(ec)) used += entry.file_size(ec);
+  const uint64_t used = used_besides(memory->first, target, target);
+  if (used + bytes > memory->second) fail_over_bound(target, bytes, used, memory->second);
+}
+
+// The temp file of an in-memory save, locked: the previous save's pages to write over, or a
+// new file where there is none or the agent holds it (reading it to send it to another node,
+// under a shared flock: replica_io::open_saved).
+int open_memory_temp(const fs::path& temp) {
+  int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) fail(temp, "cannot create", errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+  ::close(fd);
+  ::unlink(temp.c_str());
+  fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail(temp, "cannot create", errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail(temp, "cannot lock", err);
   }
-  if (used + bytes > memory->second) {
-    fail(target, "this save (" + std::to_string(bytes >> 20) +
-                     " MiB) would pass the job's "
-                     "in-memory bound of " +
-                     std::to_string(memory->second >> 20) + " MiB (" + std::to_string(used >> 20) +
-                     " MiB in use); raise ddprun --memory-checkpoints");
+  return fd;
+}
+
+// Writes `parts` one after another from the start of `fd` (no part is empty).
+void write_parts(int fd, const std::vector<struct iovec>& parts, const fs::path& path) {
+  std::vector<struct iovec> iov(parts);
+  size_t i = 0;
+  off_t at = 0;
+  while (i < iov.size()) {
+    const int n = static_cast<int>(std::min<size_t>(iov.size() - i, IOV_MAX));
+    ssize_t done = ::pwritev(fd, &iov[i], n, at);
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0) fail(path, "cannot write", errno);
+    if (done == 0) fail(path, "cannot write: the file system took nothing");
+    at += done;
+    for (; i < iov.size() && static_cast<size_t>(done) >= iov[i].iov_len; ++i) {
+      done -= static_cast<ssize_t>(iov[i].iov_len);
+    }
+    if (done > 0) {  // a short write that ended inside this part
+      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + done;
+      iov[i].iov_len -= static_cast<size_t>(done);
+    }
   }
+}
+
+// Swaps the two names in one step (renameat2's RENAME_EXCHANGE). False, with nothing changed,
+// where `target` does not exist yet or the kernel or file system cannot swap.
+bool exchange(const fs::path& temp, const fs::path& target) {
+  static std::atomic<bool> unsupported{false};
+  if (unsupported) return false;
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    return true;
+  }
+  if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+    unsupported = true;
+  } else if (errno != ENOENT) {
+    fail(target, "cannot rename over", errno);
+  }
+  return false;
+}
+
+// A save to the job's in-memory directory, in the raw layout: one pwritev into the pages of
+// the save before the previous one, which the rename then swaps with the previous one, so the
+// next save writes over it in turn (a tmpfs page costs more to get than the copy into it).
+// No fsync: there is no disk under it. Atomic as a file save: `target` is only ever replaced
+// by a complete file in one rename; a save killed half-way leaves the temp file, which the
+// agent removes before the next attempt.
+void save_in_memory(const fs::path& target, const detail::RawTrainingState& raw, uint64_t limit) {
+  const fs::path dir = target.parent_path();
+  std::string temp_name(1, '.');
+  temp_name += target.filename().string();
+  temp_name += '.';
+  temp_name += std::to_string(::getpid());
+  temp_name += ".tmp";
+  const fs::path temp = dir / temp_name;
+  const uint64_t used = limit ? used_besides(dir, target, temp) : 0;
+  if (limit && used + raw.size > limit) fail_over_bound(target, raw.size, used, limit);
+  Fd fd(open_memory_temp(temp));
+  TempFile guard{temp};
+  write_parts(fd.get(), raw.parts, temp);
+  if (::ftruncate(fd.get(), static_cast<off_t>(raw.size)) != 0)
+    fail(temp, "cannot truncate", errno);
+  const uint64_t size = blocks_of(temp);
+  if (limit && used + size > limit) fail_over_bound(target, size, used, limit);
+  const bool swapped = exchange(temp, target);
+  if (!swapped && ::rename(temp.c_str(), target.c_str()) != 0) {
+    fail(target, "cannot rename over", errno);
+  }
+  // Keep the previous save (now the temp file) for the next save to write over, if it fits.
+  guard.keep = swapped && !(limit && used + size + blocks_of(temp) > limit);
 }
 
 // Rank 0's view of the file, tagged for the broadcast.
@@ -121,99 +231,17 @@ std::string read_tagged(const fs::path& path) {
   return kFound + s.str();
 }
 
-int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key) {
-  torch::Tensor t;
-  archive.read(key, t);
-  return t.item<int64_t>();
-}
-
-std::string shape_text(const at::Tensor& t) {
-  std::ostringstream s;
-  s << t.scalar_type() << " " << t.sizes();
-  return s.str();
-}
-
-// One saved tensor copied into `target` (a parameter or buffer of the model).
-void copy_saved(torch::serialize::InputArchive& archive, const std::string& name,
-                const std::string& key, at::Tensor& target, bool is_buffer) {
-  at::Tensor saved;  // undefined: the archive hands over its tensor instead of set_()ting ours
-  archive.read(key, saved, is_buffer);
-  if (!target.defined()) {  // an optional buffer (e.g. BatchNorm without running stats)
-    target = saved;
-    return;
-  }
-  if (saved.sizes() != target.sizes() || saved.scalar_type() != target.scalar_type()) {
-    throw Error(std::string(is_buffer ? "buffer " : "parameter ") + name + " is " +
-                shape_text(target) + " in the model but " + shape_text(saved) +
-                " in the checkpoint");
-  }
-  target.copy_(saved);
-}
-
-// The model's state restored in place, as Python's load_state_dict does: every parameter and
-// buffer keeps its tensor (storage, gradient accumulator, DDP's hooks, the views ZeRO and DDP
-// made of it), only its values change. Module::load would set_() each one to the archive's
-// tensor instead, which detaches the parameters from a DistributedDataParallel that wraps them.
-// Same archive layout as Module::save: own parameters, own buffers, one sub-archive per child.
-void restore_module(torch::nn::Module& module, torch::serialize::InputArchive& archive,
-                    const std::string& prefix) {
-  at::NoGradGuard no_grad;
-  for (auto& item : module.named_parameters(/*recurse=*/false)) {
-    copy_saved(archive, prefix + item.key(), item.key(), item.value(), false);
-  }
-  for (auto& item : module.named_buffers(/*recurse=*/false)) {
-    copy_saved(archive, prefix + item.key(), item.key(), item.value(), true);
-  }
-  for (const auto& child : module.named_children()) {
-    torch::serialize::InputArchive child_archive;
-    archive.read(child.key(), child_archive);
-    restore_module(*child.value(), child_archive, prefix + child.key() + ".");
-  }
-}
-
 }  // namespace
-
-namespace detail {
-
-std::string serialize_training_state(const TrainingProgress& progress,
-                                     const torch::nn::Module& model,
-                                     const torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive, model_archive, optimizer_archive, extra;
-  archive.write("epoch", torch::tensor(progress.epoch));
-  archive.write("step", torch::tensor(progress.step));
-  for (const auto& [name, value] : progress.extra) extra.write(name, torch::tensor(value));
-  archive.write("extra", extra);
-  model.save(model_archive);
-  optimizer.save(optimizer_archive);
-  archive.write("model", model_archive);
-  archive.write("optimizer", optimizer_archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-TrainingProgress restore_training_state(const char* bytes, size_t size, c10::Device device,
-                                        torch::nn::Module& model,
-                                        torch::optim::Optimizer& optimizer) {
-  torch::serialize::InputArchive archive, model_archive, optimizer_archive, extra;
-  archive.load_from(bytes, size, device);
-  TrainingProgress progress;
-  progress.epoch = read_int(archive, "epoch");
-  progress.step = read_int(archive, "step");
-  archive.read("extra", extra);
-  for (const auto& key : extra.keys()) progress.extra[key] = read_int(extra, key);
-  archive.read("model", model_archive);
-  archive.read("optimizer", optimizer_archive);
-  restore_module(model, model_archive, "");
-  optimizer.load(optimizer_archive);
-  return progress;
-}
-
-}  // namespace detail
 
 void save_checkpoint(const std::string& path, const TrainingProgress& progress,
                      const torch::nn::Module& model, const torch::optim::Optimizer& optimizer) {
   const fs::path target = fs::absolute(path);
+  if (auto memory = memory_dir(); memory && target.parent_path() == fs::absolute(memory->first)) {
+    if (auto raw = detail::raw_training_state(progress, model, optimizer)) {
+      save_in_memory(target, *raw, memory->second);
+      return;
+    }
+  }
   const std::string bytes = detail::serialize_training_state(progress, model, optimizer);
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);

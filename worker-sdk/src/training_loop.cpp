@@ -106,7 +106,7 @@ void TrainingLoop::receive_state() {
   if (source < 0) throw Error("TrainingLoop: no rank holds the training state");
   std::string bytes;
   if (pg.rank() == source)
-    bytes = detail::serialize_training_state({0, done_, {}}, model_, optimizer_);
+    bytes = detail::training_state_bytes({0, done_, {}}, model_, optimizer_);
   bytes = pg.broadcast_bytes(bytes, source);
   if (pg.rank() != source && (!have || done_ != best)) {
     detail::restore_training_state(bytes.data(), bytes.size(), pg.device(), model_, optimizer_);

@@ -8,9 +8,11 @@
 //     if (pg->rank() == 0) ddprun::save_checkpoint(path, {epoch + 1, step}, *model, optimizer);
 //   }
 //
-// A checkpoint is one file in LibTorch's archive format (torch::serialize::OutputArchive)
-// holding the model's parameters and buffers, the optimizer's state (SGD momentum buffers, Adam
-// moments, ...), the progress counters and any named integers the caller adds.
+// A checkpoint is one file holding the model's parameters and buffers, the optimizer's state
+// (SGD momentum buffers, Adam moments, ...), the progress counters and any named integers the
+// caller adds: in LibTorch's archive format (torch::serialize::OutputArchive) on a disk, in a
+// raw layout in the job's in-memory directory (memory_checkpoint_path below). load_checkpoint
+// reads either.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -68,6 +70,15 @@ std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::str
 // the same atomicity. A save there that would pass the job's bound throws ddprun::Error and
 // leaves the previous one. Memory is per node and a new node has none: keep a file checkpoint
 // too, and load it when the memory one is missing.
+//
+// A save there is written in a raw layout (a short header, then each tensor's bytes as they lie
+// in memory: one copy, where LibTorch's archive pickles, zips and checksums) into the pages of
+// the save before the last, which the rename swaps out (so the name holds up to twice the
+// state), without an fsync (no disk is under it). The layout is for the processes of one job:
+// same build, same byte order. SGD, Adam, AdamW, Adagrad and RMSprop are held in it whole,
+// their parameter groups' options (the learning rate a scheduler changed) included, as Python's
+// load_state_dict restores them; any other optimizer (ZeroRedundancyOptimizer, your own) goes
+// in its own archive inside it, and LibTorch's load of that keeps the optimizer's options.
 //
 //   auto memory = ddprun::memory_checkpoint_path();
 //   auto saved = memory ? ddprun::load_checkpoint(*pg, *memory, *model, opt) : std::nullopt;
