@@ -167,6 +167,25 @@ save(5)
 print("held file unchanged:", os.pread(fd, 2**21, 0) == held, ino(final) != os.fstat(fd).st_ino)
 os.close(fd)
 print("newest:", ddprun.load_checkpoint()["v"], float(ddprun.load_checkpoint()["w"][0]))
+# A temp file that is not the one this process left there is written over as it is found,
+# and the file the process held is not swapped in.
+os.unlink(temp)
+with open(temp, "wb") as f:
+    f.write(b"not a save")
+save(8)
+print("temp file replaced:", ddprun.load_checkpoint()["v"], float(ddprun.load_checkpoint()["w"][-1]))
+# A forked child (a DataLoader worker, say) that saves uses files of its own.
+state = {"v": 9, "w": torch.full((2**18,), 9.0)}
+pid = os.fork()
+if pid == 0:
+    ddprun.save_checkpoint(state)
+    os.unlink(os.path.join(d, f".checkpoint.{os.getpid()}.tmp"))
+    os._exit(0)
+os.waitpid(pid, 0)
+print("child's save:", ddprun.load_checkpoint()["v"])
+save(10)
+save(11)
+print("after the child:", ddprun.load_checkpoint()["v"], float(ddprun.load_checkpoint()["w"][0]))
 # Where the bound has no room for the previous save too, each save makes a new file.
 size = os.stat(final).st_blocks * 512
 os.environ["DDPRUN_MEMORY_CHECKPOINT_LIMIT"] = str(size + size // 2)
@@ -178,7 +197,8 @@ print("bounded:", sorted(os.listdir(d)), ddprun.load_checkpoint()["v"])
 
 
 # A save writes over the pages of the save before the last (they cost more to get than the copy
-# into them), never over a file that a reader holds, and only where the bound has room.
+# into them), never over a file that a reader holds, and only where the bound has room; what
+# the process holds open between saves is checked against what is in the directory.
 @pytest.mark.parametrize("torch", ["torch1", "torch2"])
 def test_saves_reuse_the_previous_saves_memory(torch, tmp_path):
     (tmp_path / "reuse.py").write_text(REUSE)
@@ -193,7 +213,8 @@ def test_saves_reuse_the_previous_saves_memory(torch, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "previous save kept as the temp file: True", "third save in the first one's file: True",
-        "held file unchanged: True True", "newest: 5 5.0", "bounded: ['checkpoint.pt'] 7"], r.stdout
+        "held file unchanged: True True", "newest: 5 5.0", "temp file replaced: 8 8.0",
+        "child's save: 9", "after the child: 11 11.0", "bounded: ['checkpoint.pt'] 7"], r.stdout
 
 
 BOUNDED = r"""
