@@ -271,10 +271,14 @@ auto state_key(const StateMap&, const at::Tensor& p) {
 
 // The optimizers with a raw codec: their options as numbers, a parameter's state as its step
 // counter (0 where it has none) and a fixed list of tensors (undefined where absent).
-struct Sgd {
-  using Optimizer = optim::SGD;
-  using Options = optim::SGDOptions;
-  using State = optim::SGDParamState;
+template <typename Opt, typename Opts, typename St>
+struct Kind {
+  using Optimizer = Opt;
+  using Options = Opts;
+  using State = St;
+};
+
+struct Sgd : Kind<optim::SGD, optim::SGDOptions, optim::SGDParamState> {
   static constexpr const char* kName = "sgd";
   static std::vector<double> options(const Options& o) {
     return {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), double(o.nesterov())};
@@ -290,8 +294,7 @@ struct Sgd {
 };
 
 template <typename Opt, typename Opts, typename St, const char* Name>
-struct AdamFamily {
-  using Optimizer = Opt;
+struct AdamFamily : Kind<Opt, Opts, St> {
   using Options = Opts;
   using State = St;
   static constexpr const char* kName = Name;
@@ -319,10 +322,7 @@ constexpr char kAdamW[] = "adamw";
 using Adam = AdamFamily<optim::Adam, optim::AdamOptions, optim::AdamParamState, kAdam>;
 using AdamW = AdamFamily<optim::AdamW, optim::AdamWOptions, optim::AdamWParamState, kAdamW>;
 
-struct Adagrad {
-  using Optimizer = optim::Adagrad;
-  using Options = optim::AdagradOptions;
-  using State = optim::AdagradParamState;
+struct Adagrad : Kind<optim::Adagrad, optim::AdagradOptions, optim::AdagradParamState> {
   static constexpr const char* kName = "adagrad";
   static std::vector<double> options(const Options& o) {
     return {o.lr(), o.lr_decay(), o.weight_decay(), o.initial_accumulator_value(), o.eps()};
@@ -338,10 +338,7 @@ struct Adagrad {
   }
 };
 
-struct Rmsprop {
-  using Optimizer = optim::RMSprop;
-  using Options = optim::RMSpropOptions;
-  using State = optim::RMSpropParamState;
+struct Rmsprop : Kind<optim::RMSprop, optim::RMSpropOptions, optim::RMSpropParamState> {
   static constexpr const char* kName = "rmsprop";
   static std::vector<double> options(const Options& o) {
     return {o.lr(), o.alpha(), o.eps(), o.weight_decay(), o.momentum(), double(o.centered())};
