@@ -122,16 +122,6 @@ uint64_t blocks_of(const fs::path& path) {
                    " MiB in use); raise ddprun --memory-checkpoints");
 }
 
-// A save into the memory directory that would pass its bound: refused before anything changed.
-void check_memory_bound(const fs::path& target, size_t bytes) {
-  auto memory = memory_dir();
-  if (!memory || memory->second == 0 || target.parent_path() != fs::absolute(memory->first)) {
-    return;
-  }
-  const uint64_t used = used_besides(memory->first, target, target);
-  if (used + bytes > memory->second) fail_over_bound(target, bytes, used, memory->second);
-}
-
 // The temp file of an in-memory save, locked: the previous save's pages to write over, or a
 // new file where there is none or the agent holds it (reading it to send it to another node,
 // under a shared flock: replica_io::open_saved).
@@ -236,7 +226,9 @@ std::string read_tagged(const fs::path& path) {
 void save_checkpoint(const std::string& path, const TrainingProgress& progress,
                      const torch::nn::Module& model, const torch::optim::Optimizer& optimizer) {
   const fs::path target = fs::absolute(path);
-  if (auto memory = memory_dir(); memory && target.parent_path() == fs::absolute(memory->first)) {
+  auto memory = memory_dir();
+  if (memory && target.parent_path() != fs::absolute(memory->first)) memory.reset();
+  if (memory) {
     if (auto raw = detail::raw_training_state(progress, model, optimizer)) {
       save_in_memory(target, *raw, memory->second);
       return;
@@ -246,7 +238,12 @@ void save_checkpoint(const std::string& path, const TrainingProgress& progress,
   std::error_code ec;
   fs::create_directories(target.parent_path(), ec);
   if (ec) fail(target.parent_path(), "cannot create the directory: " + ec.message());
-  check_memory_bound(target, bytes.size());
+  if (memory && memory->second) {  // refused before anything changed
+    const uint64_t used = used_besides(memory->first, target, target);
+    if (used + bytes.size() > memory->second) {
+      fail_over_bound(target, bytes.size(), used, memory->second);
+    }
+  }
   remove_stale_temps(target);
   TempFile tmp{fs::path(target.string() + ".tmp." + std::to_string(::getpid()))};
   write_all_and_sync(tmp.path, bytes);
