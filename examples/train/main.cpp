@@ -172,7 +172,8 @@ struct Steps {
 
   void after(int64_t done) {
     const int rank = pg.rank();
-    if (marked != pg.generation()) {  // the first step of this process, or since a recovery
+    if (marked != pg.generation() ||  // the first step of this process, or since a recovery
+        (opt.mark_every > 0 && done % opt.mark_every == 0)) {
       marked = pg.generation();
       timeline.mark("step", done);
     }

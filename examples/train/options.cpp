@@ -11,7 +11,7 @@ const char* const kUsage =
     "             [--dataset-size N]\n"
     "             [--features D] [--hidden H] [--classes C] [--backend auto|gloo|nccl]\n"
     "             [--device auto|cpu|cuda] [--compression none|fp16|bf16]\n"
-    "             [--kill-rank-at-step RANK:STEP] [--timeline FILE]\n"
+    "             [--kill-rank-at-step RANK:STEP] [--timeline FILE] [--mark-every K]\n"
     "Trains an MLP classifier on a seeded synthetic dataset with ddprun's C++\n"
     "DistributedDataParallel; start it with ddprun (or torchrun) --no-python.\n";
 
@@ -92,6 +92,8 @@ void apply_option(Options& o, const std::string& arg, const std::string& value) 
   } else if (arg == "--timeline") {
     if (value.empty()) throw UsageError("--timeline needs a file");
     o.timeline = value;
+  } else if (arg == "--mark-every") {
+    o.mark_every = parse_number<int64_t>(arg, value, 0);
   } else {
     throw UsageError("unknown argument " + arg);
   }

@@ -35,6 +35,9 @@ struct Options {
   // --timeline FILE: append one JSON line per phase (script, pg_ready, restored, step, fault,
   // done) with the wall-clock time, for tests/bench/recovery.
   std::string timeline;
+  // --mark-every K: also a "step" line every K steps, not only the first (0), for the step
+  // times of tests/bench/recovery --step-cost.
+  int64_t mark_every = 0;
   bool help = false;
 };
 

@@ -182,6 +182,7 @@ def test_deb_unpacks_and_builds_a_find_package_project(dist, tmp_path):
                  "./usr/lib/cmake/ddprun/ddprunTargets.cmake",
                  "./usr/lib/python3/dist-packages/ddprun/__init__.py",
                  "./usr/lib/python3/dist-packages/ddprun/checkpoint.py",
+                 "./usr/lib/python3/dist-packages/ddprun/_raw_format.py",
                  "./usr/lib/python3/dist-packages/ddprun/flight_recorder.py",
                  "./usr/share/doc/ddprun/README.md",
                  "./usr/share/doc/ddprun/docs/hangs-health-events.md",

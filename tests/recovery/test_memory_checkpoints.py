@@ -217,6 +217,36 @@ def test_saves_reuse_the_previous_saves_memory(torch, tmp_path):
         "child's save: 9", "after the child: 11 11.0", "bounded: ['checkpoint.pt'] 7"], r.stdout
 
 
+FULL = r"""
+import os, torch, ddprun
+d = os.environ["DDPRUN_MEMORY_CHECKPOINT_DIR"]
+ddprun.save_checkpoint({"v": 1, "w": torch.ones(80_000)})  # 320 KB of a 400 KB tmpfs
+try:
+    ddprun.save_checkpoint({"v": 2, "w": torch.ones(80_000)})  # a second file: no room
+    print("saved")
+except OSError as e:
+    print("refused:", "no memory for this save" in str(e))
+print("kept:", ddprun.load_checkpoint()["v"], sorted(os.listdir(d)))
+"""
+
+
+# A save is copied into mapped pages; a tmpfs without room for them fails that save with an
+# error (the pages are got first) and keeps the previous one, where a fault in the copy would
+# kill the worker with SIGBUS.
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="mounts a tmpfs")
+def test_a_full_tmpfs_fails_the_save_not_the_worker(tmp_path):
+    (tmp_path / "full.py").write_text(FULL)
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    python = TORCH2_PYTHON
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        f'mount -t tmpfs -o size=400k tmpfs "{memory}" && exec "{python}" full.py'],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=env(python, DDPRUN_MEMORY_CHECKPOINT_DIR=str(memory)))
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.splitlines() == ["refused: True", "kept: 1 ['checkpoint.pt']"], r.stdout
+
+
 BOUNDED = r"""
 import os, sys, torch, ddprun
 if os.environ["RANK"] == "0":

@@ -1,14 +1,8 @@
 #include "ddprun/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <limits.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +12,7 @@
 #include <sstream>
 
 #include "group_recovery.hpp"
+#include "memory_save.hpp"
 #include "training_state.hpp"
 
 namespace ddprun {
@@ -95,121 +90,6 @@ std::optional<std::pair<fs::path, uint64_t>> memory_dir() {
   return std::make_pair(fs::path(dir), limit ? std::strtoull(limit, nullptr, 10) : 0);
 }
 
-// Bytes the files in `dir` hold (their memory pages), but for `a` and `b`.
-uint64_t used_besides(const fs::path& dir, const fs::path& a, const fs::path& b) {
-  uint64_t used = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    struct stat st;
-    if (entry.path() != a && entry.path() != b && ::lstat(entry.path().c_str(), &st) == 0 &&
-        S_ISREG(st.st_mode)) {
-      used += static_cast<uint64_t>(st.st_blocks) * 512;
-    }
-  }
-  return used;
-}
-
-uint64_t blocks_of(const fs::path& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
-}
-
-[[noreturn]] void fail_over_bound(const fs::path& target, uint64_t bytes, uint64_t used,
-                                  uint64_t limit) {
-  fail(target, "this save (" + std::to_string(bytes >> 20) +
-                   " MiB) would pass the job's in-memory bound of " + std::to_string(limit >> 20) +
-                   " MiB (" + std::to_string(used >> 20) +
-                   " MiB in use); raise ddprun --memory-checkpoints");
-}
-
-// The temp file of an in-memory save, locked: the previous save's pages to write over, or a
-// new file where there is none or the agent holds it (reading it to send it to another node,
-// under a shared flock: replica_io::open_saved).
-int open_memory_temp(const fs::path& temp) {
-  int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) fail(temp, "cannot create", errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
-  ::close(fd);
-  ::unlink(temp.c_str());
-  fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) fail(temp, "cannot create", errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(temp, "cannot lock", err);
-  }
-  return fd;
-}
-
-// Writes `parts` one after another from the start of `fd` (no part is empty).
-void write_parts(int fd, const std::vector<struct iovec>& parts, const fs::path& path) {
-  std::vector<struct iovec> iov(parts);
-  size_t i = 0;
-  off_t at = 0;
-  while (i < iov.size()) {
-    const int n = static_cast<int>(std::min<size_t>(iov.size() - i, IOV_MAX));
-    ssize_t done = ::pwritev(fd, &iov[i], n, at);
-    if (done < 0 && errno == EINTR) continue;
-    if (done < 0) fail(path, "cannot write", errno);
-    if (done == 0) fail(path, "cannot write: the file system took nothing");
-    at += done;
-    for (; i < iov.size() && static_cast<size_t>(done) >= iov[i].iov_len; ++i) {
-      done -= static_cast<ssize_t>(iov[i].iov_len);
-    }
-    if (done > 0) {  // a short write that ended inside this part
-      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + done;
-      iov[i].iov_len -= static_cast<size_t>(done);
-    }
-  }
-}
-
-// Swaps the two names in one step (renameat2's RENAME_EXCHANGE). False, with nothing changed,
-// where `target` does not exist yet or the kernel or file system cannot swap.
-bool exchange(const fs::path& temp, const fs::path& target) {
-  static std::atomic<bool> unsupported{false};
-  if (unsupported) return false;
-  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    return true;
-  }
-  if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
-    unsupported = true;
-  } else if (errno != ENOENT) {
-    fail(target, "cannot rename over", errno);
-  }
-  return false;
-}
-
-// A save to the job's in-memory directory, in the raw layout: one pwritev into the pages of
-// the save before the previous one, which the rename then swaps with the previous one, so the
-// next save writes over it in turn (a tmpfs page costs more to get than the copy into it).
-// No fsync: there is no disk under it. Atomic as a file save: `target` is only ever replaced
-// by a complete file in one rename; a save killed half-way leaves the temp file, which the
-// agent removes before the next attempt.
-void save_in_memory(const fs::path& target, const detail::RawTrainingState& raw, uint64_t limit) {
-  const fs::path dir = target.parent_path();
-  std::string temp_name(1, '.');
-  temp_name += target.filename().string();
-  temp_name += '.';
-  temp_name += std::to_string(::getpid());
-  temp_name += ".tmp";
-  const fs::path temp = dir / temp_name;
-  const uint64_t used = limit ? used_besides(dir, target, temp) : 0;
-  if (limit && used + raw.size > limit) fail_over_bound(target, raw.size, used, limit);
-  Fd fd(open_memory_temp(temp));
-  TempFile guard{temp};
-  write_parts(fd.get(), raw.parts, temp);
-  if (::ftruncate(fd.get(), static_cast<off_t>(raw.size)) != 0)
-    fail(temp, "cannot truncate", errno);
-  const uint64_t size = blocks_of(temp);
-  if (limit && used + size > limit) fail_over_bound(target, size, used, limit);
-  const bool swapped = exchange(temp, target);
-  if (!swapped && ::rename(temp.c_str(), target.c_str()) != 0) {
-    fail(target, "cannot rename over", errno);
-  }
-  // Keep the previous save (now the temp file) for the next save to write over, if it fits.
-  guard.keep = swapped && !(limit && used + size + blocks_of(temp) > limit);
-}
-
 // Rank 0's view of the file, tagged for the broadcast.
 std::string read_tagged(const fs::path& path) {
   std::error_code ec;
@@ -230,7 +110,7 @@ void save_checkpoint(const std::string& path, const TrainingProgress& progress,
   if (memory && target.parent_path() != fs::absolute(memory->first)) memory.reset();
   if (memory) {
     if (auto raw = detail::raw_training_state(progress, model, optimizer)) {
-      save_in_memory(target, *raw, memory->second);
+      detail::save_in_memory(target, *raw, memory->second);
       return;
     }
   }
@@ -239,9 +119,9 @@ void save_checkpoint(const std::string& path, const TrainingProgress& progress,
   fs::create_directories(target.parent_path(), ec);
   if (ec) fail(target.parent_path(), "cannot create the directory: " + ec.message());
   if (memory && memory->second) {  // refused before anything changed
-    const uint64_t used = used_besides(memory->first, target, target);
+    const uint64_t used = detail::memory_used_besides(memory->first, target, target);
     if (used + bytes.size() > memory->second) {
-      fail_over_bound(target, bytes.size(), used, memory->second);
+      detail::fail_over_bound(target, bytes.size(), used, memory->second);
     }
   }
   remove_stale_temps(target);

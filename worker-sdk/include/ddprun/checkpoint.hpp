@@ -74,7 +74,8 @@ std::optional<TrainingProgress> load_checkpoint(ProcessGroup& pg, const std::str
 // A save there is written in a raw layout (a short header, then each tensor's bytes as they lie
 // in memory: one copy, where LibTorch's archive pickles, zips and checksums) into the pages of
 // the save before the last, which the rename swaps out (so the name holds up to twice the
-// state), without an fsync (no disk is under it). The layout is for the processes of one job:
+// state) and the process keeps mapped, without an fsync (no disk is under it). A tmpfs without
+// room for a save is an error from the save (its pages are got before the copy). The layout is for the processes of one job:
 // same build, same byte order. SGD, Adam, AdamW, Adagrad and RMSprop are held in it whole,
 // their parameter groups' options (the learning rate a scheduler changed) included, as Python's
 // load_state_dict restores them; any other optimizer (ZeroRedundancyOptimizer, your own) goes
