@@ -116,6 +116,9 @@ assert ddprun.load_checkpoint()["a"].sum().item() == 15
 ddprun.save_checkpoint({"sparse": torch.eye(3).to_sparse()}, "other", wait=True)
 print("fallback", open(os.path.join(d, "other.pt"), "rb").read(2).decode(),
       ddprun.load_checkpoint("other")["sparse"].to_dense().sum().item())
+for v in (2.0, 3.0, 4.0):  # the third writes over the first's file, from its start
+    ddprun.save_checkpoint({"sparse": (torch.eye(3) * v).to_sparse()}, "other")
+print("fallback again", ddprun.load_checkpoint("other")["sparse"].to_dense().sum().item())
 class Custom: pass
 ddprun.save_checkpoint({"custom": Custom(), "t": torch.ones(1)}, "custom")
 try:
@@ -124,7 +127,7 @@ try:
 except Exception as e:
     print("custom refused:", type(e).__name__)
 print("trusted", type(ddprun.load_checkpoint("custom", weights_only=False)["custom"]).__name__)
-print("left", sorted(os.listdir(d)))
+print("left", sorted(f for f in os.listdir(d) if not f.startswith(".")))  # but spares
 """
 
 
@@ -140,7 +143,8 @@ def test_what_a_save_holds_comes_back(torch, tmp_path):
                        env=env(PYTHONS[torch], DDPRUN_MEMORY_CHECKPOINT_DIR=str(memory)))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
-        "format DDPRUN-CKPT1", "fallback PK 3.0", "custom refused: UnpicklingError",
+        "format DDPRUN-CKPT1", "fallback PK 3.0", "fallback again 12.0",
+        "custom refused: UnpicklingError",
         "trusted Custom", "left ['checkpoint.pt', 'custom.pt', 'other.pt']"], r.stdout
 
 

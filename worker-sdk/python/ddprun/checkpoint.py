@@ -249,6 +249,7 @@ def _write(directory, name, obj):
         if raw is None:
             spare.unmap()
             with os.fdopen(spare.fd, "wb", closefd=False) as f:
+                f.seek(0)  # from the start: an earlier torch.save into this file moved the offset
                 torch.save(obj, f)
                 size = f.tell()
             if size != spare.size:
