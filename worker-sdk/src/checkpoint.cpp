@@ -24,10 +24,7 @@ constexpr char kMissing = 'M';  // first byte of what rank 0 broadcasts
 constexpr char kFound = 'F';
 constexpr char kUnreadable = 'U';
 
-[[noreturn]] void fail(const fs::path& path, const std::string& what, int err = 0) {
-  throw Error("checkpoint " + path.string() + ": " + what +
-              (err ? std::string(": ") + std::strerror(err) : std::string()));
-}
+using detail::fail;
 
 // The one owner of a descriptor.
 class Fd {

@@ -25,8 +25,8 @@
 // path for the next save. The process keeps both files open and mapped between saves, so a
 // save no larger than the file it writes over is: lock it, copy into its mapped pages (no
 // page-by-page lookup as write() makes; stores that bypass the cache, see copy_around_cache),
-// swap it in, unlock it. The job's bound (a scan of the
-// directory) is only looked at when a save grows. No fsync: there is no disk under it.
+// swap it in, unlock it. The job's bound (a scan of the directory) is only looked at when a
+// save grows. No fsync: there is no disk under it.
 //
 // Atomic as a file save: `target` is only ever replaced by a complete file in one rename; a
 // save killed half-way leaves the temp file, which the agent removes before the next attempt.
@@ -41,18 +41,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[noreturn]] void fail(const fs::path& path, const std::string& what, int err = 0) {
-  throw Error("checkpoint " + path.string() + ": " + what +
-              (err ? std::string(": ") + std::strerror(err) : std::string()));
-}
-
-// One file of a name's saves, held open (and, once written, mapped) between saves.
+// One file of a name's saves, held open (and, once this process writes it, mapped) between
+// saves. An unmapped one is an earlier process's: its size is unknown, the bound is checked.
 struct Held {
   int fd = -1;
   ino_t inode = 0;
-  size_t size = 0;      // its length: the save in it
+  size_t size = 0;      // its length, where it is mapped: the save in it
   char* map = nullptr;  // its `size` bytes, shared with the file
-  bool known = false;   // this process wrote it (else `size` is unknown: check the bound)
 
   void release() {
     if (map) ::munmap(map, size);
@@ -100,7 +95,6 @@ Held open_temp(const fs::path& temp) {
   Held file;
   file.fd = fd;
   file.inode = st.st_ino;
-  file.size = static_cast<size_t>(st.st_size);
   return file;
 }
 
@@ -205,7 +199,6 @@ bool write_and_swap(Held& spare, const RawTrainingState& raw, const fs::path& ta
     at += part.iov_len;
   }
   flush_copies();
-  spare.known = true;
   if (check) {  // what the copy took, in pages
     const uint64_t blocks = blocks_of(temp);
     if (used + blocks > limit) fail_over_bound(target, blocks, used, limit);
@@ -232,6 +225,11 @@ uint64_t memory_used_besides(const fs::path& dir, const fs::path& a, const fs::p
   return used;
 }
 
+void fail(const fs::path& path, const std::string& what, int err) {
+  throw Error("checkpoint " + path.string() + ": " + what +
+              (err ? std::string(": ") + std::strerror(err) : std::string()));
+}
+
 void fail_over_bound(const fs::path& target, uint64_t bytes, uint64_t used, uint64_t limit) {
   fail(target, "this save (" + std::to_string(bytes >> 20) +
                    " MiB) would pass the job's in-memory bound of " + std::to_string(limit >> 20) +
@@ -249,7 +247,7 @@ void save_in_memory(const fs::path& target, const RawTrainingState& raw, uint64_
   }
   const fs::path temp = temp_path(target);
   Held spare = take_spare(files, temp);
-  const bool check = limit && (!spare.known || raw.size > spare.size);
+  const bool check = limit && (!spare.map || raw.size > spare.size);
   uint64_t used = 0;
   bool swapped = false;
   try {

@@ -4,10 +4,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "training_state.hpp"
 
 namespace ddprun::detail {
+
+// Throws ddprun::Error "checkpoint PATH: WHAT[: strerror(err)]".
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int err = 0);
 
 // Bytes the regular files in `dir` hold (their memory pages), but for `a` and `b`.
 uint64_t memory_used_besides(const std::filesystem::path& dir, const std::filesystem::path& a,
