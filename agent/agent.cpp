@@ -70,6 +70,10 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
   keep_logs_ = !logs_->temporary() || spec_.redirects.is_map() || spec_.tee.is_map() ||
                spec_.redirects.for_rank(0) != Std::kNone || spec_.tee.for_rank(0) != Std::kNone;
   rdzv_->on_round_end([this] { queue_.push(RoundEnded{}); });
+  rdzv_->on_peer_recovery([this](const RendezvousHandler::PeerRecovery& p) {
+    peer_recovery_ = p;
+    queue_.push(PeerRecoveryBegan{});
+  });
   if (auto failed = open_parts()) {
     Decision d = decide(WorkerState::kInit, failed->event, false);
     co_return co_await leave(d, *failed);
@@ -95,9 +99,13 @@ asio::awaitable<JobResult> Agent::Impl::loop() {
       const WorkerState monitored = group_.state();
       seen = co_await monitor_phase();
       d = decide(monitored, seen.event, seen.restart_allowed);
-      if (d.action != Action::kReplace && d.action != Action::kResume) break;
+      if (d.action != Action::kReplace && d.action != Action::kResume &&
+          d.action != Action::kFollow) {
+        break;
+      }
       transition(d, seen);
       if (d.action == Action::kReplace) replace_failed();
+      if (d.action == Action::kFollow) follow_peer();
       if (d.action == Action::kResume) recovery_done();
       set_state(d.next);
     }

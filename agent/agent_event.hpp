@@ -3,6 +3,8 @@
 //   source                          event
 //   ProcessContext (pidfd)          WorkerExited      a worker of the running attempt exited
 //   RendezvousHandler               RoundEnded        another node, or the store, ended the round
+//                                   PeerRecoveryBegan another node replaces its failed worker in
+//                                                     process (--in-process-recovery)
 //   SignalSource (signal_set)       SignalReceived    one of --signals-to-handle
 //   the hang monitor (Watchdog)     HangFound         a worker judged hung (heartbeat, FileTimer)
 //
@@ -29,6 +31,7 @@ struct WorkerExited {
   int local_rank = 0;
 };
 struct RoundEnded {};
+struct PeerRecoveryBegan {};
 struct SignalReceived {
   int signal = 0;
 };
@@ -36,7 +39,8 @@ struct HangFound {
   Hang hang;
 };
 
-using AgentEvent = std::variant<WorkerExited, RoundEnded, SignalReceived, HangFound>;
+using AgentEvent =
+    std::variant<WorkerExited, RoundEnded, PeerRecoveryBegan, SignalReceived, HangFound>;
 
 class EventQueue {
  public:

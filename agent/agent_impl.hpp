@@ -73,9 +73,16 @@ class Agent::Impl {
   boost::asio::awaitable<Observed> worker_failed();
   // In-process recovery (in_process_recovery.hpp): whether this node's failed workers can be
   // replaced alone (then a restart is spent); the replacement; its end.
-  std::optional<Observed> replaceable();
+  boost::asio::awaitable<std::optional<Observed>> replaceable();
   void replace_failed();
   void recovery_done();
+  // Across nodes: what this node tells the others of its workers' generation (and, while a
+  // recovery runs, whether every node's workers run the new one); following another node's
+  // recovery, or ending the round when this node cannot.
+  boost::asio::awaitable<void> share_generation();
+  std::optional<std::string> cannot_follow() const;
+  boost::asio::awaitable<Observed> abandon_recovery(const std::string& why);
+  void follow_peer();
   // The standby starts once every worker has announced a TrainingLoop: only then is the
   // program known to wait for a rank in init_process_group() (any other program would run as
   // one more rank 0). Looked for every kStandbyPoll, for at most kStandbyWait after a start.
@@ -133,6 +140,11 @@ class Agent::Impl {
   std::unique_ptr<InProcessRecovery> recovery_;   // --in-process-recovery
   std::unique_ptr<Standby> standby_;              // its spare worker (binary entrypoints)
   std::optional<Clock::time_point> standby_due_;  // since when one is wanted
+  // Across nodes: the last recovery another node began; the generation this node counted
+  // itself in (every worker runs a loop of it); whether every node's workers run the current one.
+  std::optional<RendezvousHandler::PeerRecovery> peer_recovery_;
+  std::optional<int> shared_generation_;
+  bool formed_everywhere_ = true;
 
   // Signals.
   std::optional<int> signal_;

@@ -88,9 +88,9 @@ class ScriptedRendezvous final : public RendezvousHandler {
     co_return end;
   }
 
-  std::optional<int> restart_in_place() override {
-    if (!may_restart(restarts_, max_restarts_)) return std::nullopt;
-    return ++restarts_;
+  asio::awaitable<InPlaceRestart> restart_in_place(int) override {
+    if (!may_restart(restarts_, max_restarts_)) co_return InPlaceRestart{};
+    co_return InPlaceRestart{++restarts_, {}};
   }
 
   void interrupt() override {

@@ -87,6 +87,9 @@ std::optional<Observed> Agent::Impl::start_phase() {
     if (memory_) memory_->remove_partial_saves();  // a killed worker's unfinished save
     recovery_.reset();
     standby_.reset();
+    peer_recovery_.reset();
+    shared_generation_.reset();
+    formed_everywhere_ = true;
     if (spec_.in_process_recovery) {
       recovery_ = std::make_unique<InProcessRecovery>(recovery_dir(attempt_dir_));
     }
@@ -119,10 +122,15 @@ std::optional<Observed> Agent::Impl::start_phase() {
 // before this phase (a worker that exited at once, a signal during the start) is judged first.
 asio::awaitable<Observed> Agent::Impl::monitor_phase() {
   for (;;) {
+    co_await share_generation();
     if (auto seen = judge()) {
       if (seen->event == Event::kWorkerFailed) {
-        if (auto replace = replaceable()) co_return *replace;
+        if (auto replace = co_await replaceable()) co_return *replace;
         co_return co_await worker_failed();
+      }
+      if (seen->event == Event::kPeerRecovering) {
+        if (auto why = cannot_follow()) co_return co_await abandon_recovery(*why);
+        group_.set_restart_count(peer_recovery_->restart_count);
       }
       if (hangs_ && seen->event == Event::kPeerFailed && rdzv_->round_end()->hang) {
         co_await hangs_->capture_for_peer(attempt());
@@ -134,10 +142,11 @@ asio::awaitable<Observed> Agent::Impl::monitor_phase() {
     // While a recovery runs, the workers' answers are files: looked at every few ms; so are
     // their first announcements, for the standby.
     prepare_standby();
+    // Across nodes, so are the workers' announcements: the other nodes are told of each change.
     auto deadline = exit_at;
     if (recovery_ && recovery_->recovering()) {
       deadline = std::min(deadline, Clock::now() + kRecoveryPoll);
-    } else if (standby_due_) {
+    } else if (standby_due_ || (recovery_ && rdzv_->spans_nodes())) {
       deadline = std::min(deadline, Clock::now() + kStandbyPoll);
     }
     if (!co_await queue_.pop_until(deadline) && Clock::now() >= exit_at) {
@@ -159,8 +168,14 @@ std::optional<Observed> Agent::Impl::judge() {
   if ((hangs_ && hangs_->any_found()) || any_failed()) {
     return Observed{Event::kWorkerFailed, false, {}};
   }
+  if (recovery_ && peer_recovery_ && peer_recovery_->generation > recovery_->generation()) {
+    return Observed{Event::kPeerRecovering, false,
+                    peer_recovery_->who + " replaces its failed worker(s) in process"};
+  }
   if (recovery_ && recovery_->recovering()) {
-    if (recovery_->complete(running_ranks())) return Observed{Event::kRecovered, false, {}};
+    if (formed_everywhere_ && recovery_->complete(running_ranks())) {
+      return Observed{Event::kRecovered, false, {}};
+    }
     if (recovery_->elapsed() > kRecoveryTimeout) {
       sys::log_line("in-process recovery: generation " + std::to_string(recovery_->generation()) +
                     " not complete after " + sys::seconds_text(kRecoveryTimeout) +
@@ -188,6 +203,16 @@ asio::awaitable<Observed> Agent::Impl::worker_failed() {
   Observed seen = observed(end, true);
   if (hung && seen.event == Event::kWorkerFailed) seen.event = Event::kWorkerHung;
   co_return seen;
+}
+
+// Another node began a recovery in process that this node cannot follow: the round ends for
+// every node, as on a failure here, and the group restarts whole.
+asio::awaitable<Observed> Agent::Impl::abandon_recovery(const std::string& why) {
+  sys::log_line("in-process recovery: " + peer_recovery_->who +
+                " replaces its failed worker(s), but " + why + ": restarting the worker group");
+  peer_recovery_.reset();
+  set_state(WorkerState::kUnhealthy);
+  co_return observed(co_await rdzv_->report_failure(false), false);
 }
 
 // A hang, before the workers stop: this node's evidence and every other node's (through the

@@ -7,6 +7,8 @@
 
 namespace ddprun::agent {
 
+namespace asio = boost::asio;
+
 namespace {
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -38,34 +40,91 @@ std::vector<int> Agent::Impl::running_ranks() const {
 }
 
 // A healthy group whose failed workers all died (none hung, none exited 0) while every other
-// one runs a TrainingLoop of the current generation: those can rebuild their process group
-// with a replacement. Anything else restarts the group as before.
-std::optional<Observed> Agent::Impl::replaceable() {
-  if (!recovery_ || group_.state() != WorkerState::kHealthy) return std::nullopt;
-  if (hangs_ && hangs_->any_found()) return std::nullopt;
+// one (of every node) runs a TrainingLoop of the current generation: those can rebuild their
+// process group with a replacement. Anything else restarts the group as before.
+asio::awaitable<std::optional<Observed>> Agent::Impl::replaceable() {
+  if (!recovery_ || group_.state() != WorkerState::kHealthy) co_return std::nullopt;
+  if (hangs_ && hangs_->any_found()) co_return std::nullopt;
   std::vector<int> failed;
   for (const Worker& w : group_.workers()) {
     const auto& e = pctx_->exit_of(w.local_rank);
     if (!e) continue;
-    if (e->status.success()) return std::nullopt;  // the job is ending: nothing to recover
+    if (e->status.success()) co_return std::nullopt;  // the job is ending: nothing to recover
     failed.push_back(w.global_rank);
   }
   const std::vector<int> running = running_ranks();
-  if (failed.empty() || running.empty()) return std::nullopt;
+  // Across nodes, the survivors may all be elsewhere.
+  const bool spans = rdzv_->spans_nodes();
+  if (failed.empty() || (running.empty() && !spans)) co_return std::nullopt;
   if (!recovery_->ready(running)) {
     sys::log_line(
         "in-process recovery: not every other worker runs a ddprun::TrainingLoop of "
         "process group generation " +
         std::to_string(recovery_->generation()) + ": restarting the worker group");
-    return std::nullopt;
+    co_return std::nullopt;
   }
-  std::optional<int> count = rdzv_->restart_in_place();
-  if (!count) return std::nullopt;      // no restart left: the failure path says so
+  const auto granted = co_await rdzv_->restart_in_place(recovery_->generation());
+  if (!granted.restart_count) {
+    // No restart left: the failure path says so.
+    if (!granted.refused.empty()) {
+      sys::log_line("in-process recovery: " + granted.refused + ": restarting the worker group");
+    }
+    co_return std::nullopt;
+  }
   failures_ = collect_failures(false);  // logged as the attempt's, before the count moves on
-  group_.set_restart_count(*count);
-  return Observed{
-      Event::kWorkerReplaceable, true,
-      "rank(s) " + rank_list(failed) + " failed; rank(s) " + rank_list(running) + " keep running"};
+  group_.set_restart_count(*granted.restart_count);
+  std::string others = running.empty() ? "the other nodes' workers keep running"
+                                       : "rank(s) " + rank_list(running) + " keep running";
+  if (!running.empty() && spans) others += ", with the other nodes' workers";
+  co_return Observed{Event::kWorkerReplaceable, true,
+                     "rank(s) " + rank_list(failed) + " failed; " + others};
+}
+
+// Across nodes, once per change: this node counts itself in the generation its workers all run
+// a loop of (or out of it, when one leaves its loop or exits 0; a worker that died changes
+// nothing: its failure is judged), and while a recovery runs, asks whether every node's workers
+// run the new generation.
+asio::awaitable<void> Agent::Impl::share_generation() {
+  if (!recovery_ || !rdzv_->spans_nodes()) co_return;
+  const int generation = recovery_->generation();
+  bool died = false;
+  bool finished = false;
+  for (const Worker& w : group_.workers()) {
+    if (const auto& e = pctx_->exit_of(w.local_rank))
+      (e->status.success() ? finished : died) = true;
+  }
+  const bool joined =
+      !finished && (died ? shared_generation_ == generation : recovery_->ready(running_ranks()));
+  if (joined && shared_generation_ != generation) {
+    co_await rdzv_->share_generation(generation, true);
+    shared_generation_ = generation;
+  } else if (!joined && shared_generation_ == generation) {
+    co_await rdzv_->share_generation(generation, false);
+    shared_generation_.reset();
+  }
+  formed_everywhere_ =
+      !recovery_->recovering() || (joined && co_await rdzv_->generation_formed(generation));
+}
+
+// Why this node's workers cannot rebuild with another node's replacement, if they cannot.
+std::optional<std::string> Agent::Impl::cannot_follow() const {
+  if (group_.state() != WorkerState::kHealthy) {
+    return "generation " + std::to_string(recovery_->generation()) + " had not formed yet";
+  }
+  if (running_ranks().size() != group_.workers().size() || !recovery_->ready(running_ranks())) {
+    return "not every worker of this node runs a ddprun::TrainingLoop of process group "
+           "generation " +
+           std::to_string(recovery_->generation());
+  }
+  return std::nullopt;
+}
+
+void Agent::Impl::follow_peer() {
+  recovery_->follow(peer_recovery_->generation);
+  sys::log_line("in-process recovery: " + peer_recovery_->who +
+                " replaces its failed worker(s); this node's workers rebuild their process "
+                "group to generation " +
+                std::to_string(peer_recovery_->generation));
 }
 
 void Agent::Impl::replace_failed() {

@@ -48,10 +48,20 @@ bool InProcessRecovery::ready(const std::vector<int>& ranks) const {
 }
 
 int InProcessRecovery::begin(const std::vector<int>& failed) {
-  ++generation_;
+  announce(generation_ + 1);
+  replaced_ = failed;
+  return generation_;
+}
+
+void InProcessRecovery::follow(int generation) {
+  announce(generation);
+  replaced_.clear();
+}
+
+void InProcessRecovery::announce(int generation) {
+  generation_ = generation;
   recovering_ = true;
   began_ = Clock::now();
-  replaced_ = failed;
   const std::string path = dir_ + "/generation";
   const std::string tmp = path + ".tmp";
   const std::string text = std::to_string(generation_) + "\n";
@@ -62,7 +72,6 @@ int InProcessRecovery::begin(const std::vector<int>& failed) {
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
     throw std::system_error(errno, std::generic_category(), "cannot write " + path);
   }
-  return generation_;
 }
 
 bool InProcessRecovery::complete(const std::vector<int>& ranks) {

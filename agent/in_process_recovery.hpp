@@ -1,8 +1,10 @@
 // In-process recovery, the agent's side (--in-process-recovery; the workers' side is the worker
-// SDK's TrainingLoop, worker-sdk/include/ddprun/training_loop.hpp). When a worker of a one-node
-// job dies and every other worker runs a TrainingLoop, the agent starts only the dead worker
-// again; the others keep their processes, rebuild their process group with it, and hand it the
-// training state. Each such rebuild is a *generation* (1, 2, ...) of the attempt's group.
+// SDK's TrainingLoop, worker-sdk/include/ddprun/training_loop.hpp). When a worker dies and every
+// other worker of the job runs a TrainingLoop, its agent starts only the dead worker again; the
+// others keep their processes, rebuild their process group with it, and hand it the training
+// state. Each such rebuild is a *generation* (1, 2, ...) of the attempt's group. Across nodes
+// the agents agree on generations through the rendezvous (RendezvousHandler::restart_in_place
+// and on_peer_recovery): the other nodes' agents *follow* the one that replaces a worker.
 //
 // The agent and the workers share one directory per attempt (DDPRUN_RECOVERY_DIR):
 //
@@ -37,6 +39,9 @@ class InProcessRecovery {
   bool ready(const std::vector<int>& ranks) const;
   // Announces the next generation for the replacement of `failed` ranks; returns it.
   int begin(const std::vector<int>& failed);
+  // Another node replaces its workers in `generation`: this node's workers are to rebuild to
+  // it (the notice, as begin() writes it, with nothing to replace here).
+  void follow(int generation);
   // While recovering: whether every one of `ranks` runs the new generation (then it is over).
   bool complete(const std::vector<int>& ranks);
   // How long the running recovery has taken (zero when none runs).
@@ -44,6 +49,7 @@ class InProcessRecovery {
   const std::vector<int>& replaced() const { return replaced_; }
 
  private:
+  void announce(int generation);  // writes the notice
   std::string dir_;
   int generation_ = 0;
   bool recovering_ = false;

@@ -53,6 +53,8 @@ Decision decide_healthy(Event event, bool restart_allowed) {
     case E::kWorkerReplaceable:
       return restart_allowed ? Decision{A::kReplace, false, S::kRecovering}
                              : Decision{A::kFail, true, S::kFailed};
+    case E::kPeerRecovering:  // the other node spent the restart
+      return {A::kFollow, false, S::kRecovering};
     case E::kRendezvousFailed:
     case E::kStartFailed:
     case E::kRecovered:
@@ -69,6 +71,8 @@ Decision decide_recovering(Event event, bool restart_allowed) {
       return {A::kResume, false, S::kHealthy};
     case E::kWorkerReplaceable:
       return decide_healthy(E::kWorkerFailed, restart_allowed);
+    case E::kPeerRecovering:  // (the loop ends the round for every node first)
+      return decide_healthy(E::kPeerFailed, restart_allowed);
     case E::kRendezvousFailed:
     case E::kStartFailed:
       impossible(S::kRecovering, event);
@@ -144,6 +148,8 @@ std::string_view to_string(Event event) {
       return "worker-replaceable";
     case E::kRecovered:
       return "recovered";
+    case E::kPeerRecovering:
+      return "peer-recovering";
   }
   return "?";
 }
@@ -166,6 +172,8 @@ std::string_view to_string(Action action) {
       return "replace";
     case A::kResume:
       return "resume";
+    case A::kFollow:
+      return "follow";
   }
   return "?";
 }

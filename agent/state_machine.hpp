@@ -18,10 +18,11 @@
 // A hang (agent/hang/) is one more event, handled like a worker failure: the hung worker's
 // stacks are captured, the group is stopped and restarted if the job's budget allows.
 //
-// In-process recovery (--in-process-recovery, one node, workers in ddprun::TrainingLoop):
+// In-process recovery (--in-process-recovery, workers in ddprun::TrainingLoop):
 //
 //   HEALTHY ──worker failed, the others can recover──▶ RECOVERING (only the dead rank is
 //            in process (a restart is spent)                  started again; the others stay)
+//   HEALTHY ──another node replaces its worker──▶ RECOVERING (this node's workers rebuild)
 //   RECOVERING ──every rank runs the new generation──▶ HEALTHY
 //   RECOVERING ──another worker failed──▶ STOPPED ─▶ INIT (the full restart above)
 //   RECOVERING: any other event as in HEALTHY
@@ -48,6 +49,7 @@ enum class Event {
   // In-process recovery (agent/in_process_recovery.hpp):
   kWorkerReplaceable,  // a worker of this node failed; every other one can rebuild its group
   kRecovered,          // every worker runs the rebuilt group
+  kPeerRecovering,     // another node replaces its failed worker; this node's rebuild with it
 };
 
 // What the agent does about an event.
@@ -60,6 +62,7 @@ enum class Action {
   kExit,         // stop the workers (if any); leave (signal, store lost, cannot start)
   kReplace,      // start the failed workers again, alone; the others rebuild their group
   kResume,       // the recovery is done: carry on
+  kFollow,       // this node's workers rebuild their group with another node's replacement
 };
 
 struct Decision {

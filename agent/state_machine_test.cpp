@@ -43,7 +43,10 @@ const std::vector<Row> kTable = {
     {S::kHealthy, E::kSignal, {}, {A::kExit, true, S::kStopped}},
     {S::kHealthy, E::kWorkerReplaceable, true, {A::kReplace, false, S::kRecovering}},
     {S::kHealthy, E::kWorkerReplaceable, false, {A::kFail, true, S::kFailed}},
+    {S::kHealthy, E::kPeerRecovering, {}, {A::kFollow, false, S::kRecovering}},
     {S::kRecovering, E::kRecovered, {}, {A::kResume, false, S::kHealthy}},
+    {S::kRecovering, E::kPeerRecovering, true, {A::kRestart, true, S::kInit}},
+    {S::kRecovering, E::kPeerRecovering, false, {A::kFail, true, S::kFailed}},
     {S::kRecovering, E::kWorkerReplaceable, true, {A::kRestart, true, S::kInit}},
     {S::kRecovering, E::kWorkerReplaceable, false, {A::kFail, true, S::kFailed}},
     {S::kRecovering, E::kWorkersSucceeded, {}, {A::kAwaitOthers, false, S::kHealthy}},
@@ -62,11 +65,11 @@ const std::vector<Row> kTable = {
 
 const std::vector<S> kStates = {S::kInit,    S::kHealthy,   S::kRecovering, S::kUnhealthy,
                                 S::kStopped, S::kSucceeded, S::kFailed};
-const std::vector<E> kEvents = {E::kWorkersSucceeded, E::kWorkerFailed, E::kWorkerHung,
-                                E::kSignal,           E::kNodeJoined,   E::kNodeLost,
-                                E::kPeerFailed,       E::kJobDone,      E::kStoreLost,
-                                E::kRendezvousFailed, E::kStartFailed,  E::kWorkerReplaceable,
-                                E::kRecovered};
+const std::vector<E> kEvents = {E::kWorkersSucceeded, E::kWorkerFailed,  E::kWorkerHung,
+                                E::kSignal,           E::kNodeJoined,    E::kNodeLost,
+                                E::kPeerFailed,       E::kJobDone,       E::kStoreLost,
+                                E::kRendezvousFailed, E::kStartFailed,   E::kWorkerReplaceable,
+                                E::kRecovered,        E::kPeerRecovering};
 
 std::optional<Decision> expected(S state, E event, bool restart_allowed) {
   for (const Row& r : kTable) {
@@ -94,14 +97,14 @@ TEST(StateMachine, EveryCombinationFollowsTheTable) {
       }
     }
   }
-  // 18 rows that ignore restart_allowed, x 2; 16 rows that use it.
-  EXPECT_EQ(decided, 52);
+  // 19 rows that ignore restart_allowed, x 2; 18 rows that use it.
+  EXPECT_EQ(decided, 56);
 }
 
 TEST(StateMachine, OnlyFailuresDependOnTheRestartBudget) {
   for (E event : kEvents) {
     if (event == E::kWorkerFailed || event == E::kWorkerHung || event == E::kPeerFailed ||
-        event == E::kWorkerReplaceable) {
+        event == E::kWorkerReplaceable || event == E::kPeerRecovering) {
       continue;
     }
     for (S state : {S::kHealthy, S::kRecovering}) {
@@ -136,6 +139,8 @@ TEST(StateMachine, NamesForLogLines) {
   EXPECT_EQ(to_string(S::kRecovering), "RECOVERING");
   EXPECT_EQ(to_string(E::kWorkerReplaceable), "worker-replaceable");
   EXPECT_EQ(to_string(A::kReplace), "replace");
+  EXPECT_EQ(to_string(E::kPeerRecovering), "peer-recovering");
+  EXPECT_EQ(to_string(A::kFollow), "follow");
 }
 
 }  // namespace

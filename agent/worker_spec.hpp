@@ -69,7 +69,7 @@ struct WorkerSpec {
   std::vector<std::string> warm_modules;
 
   // In-process recovery (in_process_recovery.hpp): a failed worker is replaced alone when the
-  // others run the worker SDK's TrainingLoop. One node only.
+  // others (on every node) run the worker SDK's TrainingLoop.
   bool in_process_recovery = false;
   // ... with a standby worker for a binary entrypoint (process/standby.hpp); off only where
   // the entrypoint cannot wait for one (agent_loop_test's /bin/sh).

@@ -182,7 +182,7 @@ const std::vector<Flag>& flag_table() {
       {.name = "in_process_recovery",
        .takes_value = false,
        .apply = v::in_process_recovery,
-       .help = "when a worker of a one-node job dies and the others run the worker SDK's "
+       .help = "when a worker dies and every other worker of the job runs the worker SDK's "
                "TrainingLoop, start only it again: the others keep their processes, rebuild "
                "their process group and hand it their state (spends a restart; anything else "
                "restarts the group as usual) (docs/recovery.md)",

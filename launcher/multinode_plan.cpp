@@ -204,6 +204,7 @@ agent::RendezvousSettings multi_node_settings(const LaunchConfig& c, const Launc
   // script is least likely to use MASTER_ADDR to reach node 0 for its own purposes.
   s.store_proxy =
       c.store_proxy == "on" || (c.store_proxy == "auto" && c.max_nodes >= kStoreProxyNodes);
+  s.in_process_recovery = c.in_process_recovery;
   s.local_addr = c.local_addr;
   s.endpoint_host = lc.endpoint.host;
   s.node_rank_hint = c.given.count("node_rank") ? c.node_rank : -1;

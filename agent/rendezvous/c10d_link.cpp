@@ -53,7 +53,7 @@ class C10dLink final : public StoreLink {
     opts.timeout = s_.read_timeout;
     opts.token = s_.token;
     const auto port = static_cast<uint16_t>(s_.endpoint_port);
-    std::unique_ptr<store::AsyncClient> main, watch;
+    std::unique_ptr<store::AsyncClient> main, watch, recoveries;
     std::optional<StoreError> error;
     auto connect_one = [&]() {
       return asio::co_spawn(
@@ -66,6 +66,10 @@ class C10dLink final : public StoreLink {
       watch = co_await connect_one();
       co_await main->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
       co_await watch->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
+      if (s_.in_process_recovery) {
+        recoveries = co_await connect_one();
+        co_await recoveries->keep_alive(s_.keep_alive_interval, s_.keep_alive_max_attempt);
+      }
     } catch (const StoreError& e) {
       error = e;
     } catch (const boost::system::system_error&) {  // cancelled
@@ -85,9 +89,15 @@ class C10dLink final : public StoreLink {
                             "); point --rdzv-endpoint at a ddprun agent's or ddpstore's port");
     }
     const std::string prefix = "/ddprun/" + s_.run_id + "/";
-    co_return Clients{
-        std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(main)), prefix),
-        std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(watch)), prefix)};
+    auto under_prefix = [&](std::unique_ptr<store::AsyncClient> client) {
+      std::unique_ptr<RendezvousStore> out;
+      if (client) {
+        out = std::make_unique<PrefixStore>(std::make_unique<C10dStore>(std::move(client)), prefix);
+      }
+      return out;
+    };
+    co_return Clients{under_prefix(std::move(main)), under_prefix(std::move(watch)),
+                      under_prefix(std::move(recoveries))};
   }
 
   std::string endpoint() const override {

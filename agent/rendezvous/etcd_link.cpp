@@ -35,11 +35,14 @@ class EtcdLink final : public StoreLink {
     o.on_lease = [observer = observer_, client](int64_t lease) {
       if (observer) observer(lease ? etcd::revoke_request(client, lease) : "");
     };
-    std::unique_ptr<EtcdStore> main, watch;
+    std::unique_ptr<EtcdStore> main, watch, recoveries;
     std::string error;
     try {
       main = std::make_unique<EtcdStore>(io_.get_executor(), o);
       watch = std::make_unique<EtcdStore>(io_.get_executor(), watch_options);
+      if (s_.in_process_recovery) {
+        recoveries = std::make_unique<EtcdStore>(io_.get_executor(), watch_options);
+      }
       auto probe = [](EtcdStore& client, std::string key) -> asio::awaitable<void> {
         std::vector<std::string> keys{std::move(key)};
         co_await client.check(keys);
@@ -65,8 +68,11 @@ class EtcdLink final : public StoreLink {
                                 : "etcd at " + endpoint() + ": " + error);
     }
     main_ = main.get();
-    co_return Clients{std::make_unique<PrefixStore>(std::move(main), prefix),
-                      std::make_unique<PrefixStore>(std::move(watch), prefix)};
+    Clients clients{std::make_unique<PrefixStore>(std::move(main), prefix),
+                    std::make_unique<PrefixStore>(std::move(watch), prefix), nullptr};
+    if (recoveries)
+      clients.recoveries = std::make_unique<PrefixStore>(std::move(recoveries), prefix);
+    co_return clients;
   }
 
   std::string endpoint() const override { return etcd::endpoints_text(s_.etcd_members); }

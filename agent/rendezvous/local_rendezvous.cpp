@@ -80,9 +80,9 @@ boost::asio::awaitable<RoundEnd> LocalRendezvous::report_failure(bool hang) {
   co_return end;
 }
 
-std::optional<int> LocalRendezvous::restart_in_place() {
-  if (!may_restart(restart_count_, options_.max_restarts)) return std::nullopt;
-  return ++restart_count_;
+boost::asio::awaitable<RendezvousHandler::InPlaceRestart> LocalRendezvous::restart_in_place(int) {
+  if (!may_restart(restart_count_, options_.max_restarts)) co_return InPlaceRestart{};
+  co_return InPlaceRestart{++restart_count_, {}};
 }
 
 boost::asio::awaitable<void> LocalRendezvous::shutdown(Exit) {

@@ -37,7 +37,7 @@ class LocalRendezvous final : public RendezvousHandler {
   boost::asio::awaitable<RendezvousInfo> next_rendezvous(int local_world_size) override;
   // Counts the restart the next round will be, if the budget allows one.
   boost::asio::awaitable<RoundEnd> report_failure(bool hang) override;
-  std::optional<int> restart_in_place() override;
+  boost::asio::awaitable<InPlaceRestart> restart_in_place(int generation) override;
   boost::asio::awaitable<void> shutdown(Exit how) override;
 
  private:

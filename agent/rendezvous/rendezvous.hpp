@@ -103,10 +103,39 @@ class RendezvousHandler {
   // is left.
   virtual boost::asio::awaitable<RoundEnd> report_failure(bool hang) = 0;
   // In-process recovery (agent/in_process_recovery.hpp): a failed worker is started again
-  // while the others run, in the same round. Spends one restart of the job's budget when one
-  // is left and returns the restart count after it; nullopt when none is left, or when the
-  // handler cannot (a multi-node round: the other nodes would have to rebuild too).
-  virtual std::optional<int> restart_in_place() { return std::nullopt; }
+  // while the others run, in the same round, and every worker of the round rebuilds its
+  // process group to the next *generation*. Across nodes the handler is how the nodes agree:
+  // which generation runs everywhere, who begins the next one, and the restart it spends.
+  struct InPlaceRestart {
+    std::optional<int> restart_count;  // granted: the job's restart count after this one
+    std::string refused;  // not granted: why (empty: no restart left, the failure path says so)
+  };
+  // This node's failed workers are to be replaced while every other worker runs a TrainingLoop
+  // of `generation`: spends one restart of the job's budget and, across nodes, announces
+  // generation + 1 to the others. Refused when no restart is left, when another node's
+  // workers do not all run that generation, or when another node began one at the same time.
+  virtual boost::asio::awaitable<InPlaceRestart> restart_in_place(int generation) = 0;
+  // Across nodes: every worker of this node runs a TrainingLoop of `generation` (`joined`),
+  // or no longer does (after it did). The agent says each change once.
+  virtual boost::asio::awaitable<void> share_generation(int generation, bool joined) {
+    (void)generation, (void)joined;
+    co_return;
+  }
+  // Whether every node's workers run `generation` (one node: true, the agent knows its own).
+  virtual boost::asio::awaitable<bool> generation_formed(int generation) {
+    (void)generation;
+    co_return true;
+  }
+  // Another node began generation `generation` (its workers are being replaced): `callback`
+  // runs on the io_context with it, the job's restart count after that recovery, and who.
+  struct PeerRecovery {
+    int generation = 0;
+    int restart_count = 0;
+    std::string who;  // "node 1 (10.0.0.2)"
+  };
+  virtual void on_peer_recovery(std::function<void(const PeerRecovery&)> callback) {
+    (void)callback;
+  }
   // A hang's evidence (agent/hang/collective_judge.hpp), shared by the nodes of the running
   // round: publishes this node's `mine`, then returns every node's part that arrived within
   // `timeout`, this node's included, by node rank. One node: `mine` alone, at once.

@@ -269,7 +269,12 @@ RoundProtocol::awaitable<int> RoundProtocol::restarts_for(int r) {
     RoundChange c = RoundChange::parse(co_await store_.get(key(r - 1, "change"), s_.read_timeout));
     last_end_ = LastEnd{r - 1, prev.restarts, c};
   }
-  co_return last_end_->restarts + (last_end_->change.spends_restart() ? 1 : 0);
+  // Recoveries in place (--in-process-recovery) spent restarts without ending the round.
+  int in_place = 0;
+  if (s_.in_process_recovery) {
+    in_place = static_cast<int>(co_await store_.add(key(r - 1, "inplace"), 0));
+  }
+  co_return last_end_->restarts + in_place + (last_end_->change.spends_restart() ? 1 : 0);
 }
 
 RoundProtocol::awaitable<RoundProtocol::Closed> RoundProtocol::close_round(int r) {

@@ -13,6 +13,12 @@
 //               last will), "fail:<id>" a node's worker failed, "done" every node succeeded
 //   ok          ADD counter of nodes whose workers all exited 0 (the exit barrier)
 //   bye/<id>    a node left after the job ended (the store's host leaves last)
+// With --in-process-recovery (the workers' process group rebuilt in place, by generation g):
+//   gen/<g>/ready  ADD counter of nodes whose workers all run a TrainingLoop of generation g
+//   gen/<g>        "<restart count> <agent id>": who began generation g (g >= 1), set once by
+//                  COMPARE_SET; every node's generation watcher waits on the next one
+//   inplace        ADD counter of the round's recoveries in place: each spent a restart, which
+//                  the next round's restart count includes
 // Job-wide: "round" (the round newcomers look at), "max_restarts" (the first node's
 // --max-restarts: one budget for the job), "closed" (the job is over: late agents leave).
 //

@@ -71,6 +71,9 @@ struct RendezvousSettings {
   // --store-proxy: this node's workers reach the round's workers' store through a proxy in
   // this agent (store/proxy.hpp): MASTER_ADDR=127.0.0.1, MASTER_PORT=the proxy's port.
   bool store_proxy = false;
+  // --in-process-recovery: a third client watches for other nodes' recoveries, and the round's
+  // restart count includes the recoveries that spent one without ending the round.
+  bool in_process_recovery = false;
 };
 
 }  // namespace ddprun::agent

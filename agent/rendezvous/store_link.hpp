@@ -23,16 +23,19 @@ namespace ddprun::agent {
 
 class StoreLink {
  public:
-  // The two clients of a store-backed rendezvous, both under the job's prefix: `main` runs
-  // the protocol and carries this agent's last will, `watch` parks on the round's change key.
+  // The clients of a store-backed rendezvous, all under the job's prefix: `main` runs the
+  // protocol and carries this agent's last will, `watch` parks on the round's change key, and
+  // with --in-process-recovery (settings.in_process_recovery) `recoveries` parks on the key of
+  // the round's next process group generation.
   struct Clients {
     std::unique_ptr<RendezvousStore> main;
     std::unique_ptr<RendezvousStore> watch;
+    std::unique_ptr<RendezvousStore> recoveries;
   };
 
   virtual ~StoreLink() = default;
 
-  // Hosts the store when this agent should, then connects and checks both clients. A signal
+  // Hosts the store when this agent should, then connects and checks the clients. A signal
   // on `cancel` (the handler's interrupt()) ends it at once. Throws RendezvousError: one line
   // that says what is wrong (unreachable, a token refused, not a ddprun store...).
   virtual boost::asio::awaitable<Clients> connect(boost::asio::cancellation_slot cancel) = 0;

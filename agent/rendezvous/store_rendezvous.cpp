@@ -56,6 +56,7 @@ asio::awaitable<void> StoreRendezvous::connect() {
   if (interrupted_) throw RendezvousError("rendezvous interrupted");
   main_ = std::move(clients.main);
   watch_ = std::move(clients.watch);
+  recoveries_ = std::move(clients.recoveries);
   protocol_ = std::make_unique<RoundProtocol>(*main_, s_, self_);
   watching_ = true;
   asio::co_spawn(io_, watch_rounds(), asio::detached);
@@ -117,6 +118,11 @@ asio::awaitable<RendezvousInfo> StoreRendezvous::next_rendezvous(int local_world
   formed_ = f;
   last_change_.reset();
   round_end_.reset();
+  in_place_restarts_ = 0;
+  if (recoveries_ && !watching_generations_) {
+    watching_generations_ = true;
+    asio::co_spawn(io_, watch_generations(), asio::detached);
+  }
   if (f.ranks.rank0_index != f.index) {
     workers_store_.reset();
   } else {
@@ -214,7 +220,7 @@ RoundEnd StoreRendezvous::describe(const RoundChange& c) const {
       break;
     case RoundChange::Kind::kFail:
       e.kind = RoundEnd::Kind::kWorkerFailed;
-      e.restart_allowed = formed_ && may_restart(formed_->restart_count, protocol_->max_restarts());
+      e.restart_allowed = formed_ && may_restart(restarts_known(), protocol_->max_restarts());
       e.hang = c.hang;
       e.what =
           node_name(c.node_id) + (c.hang ? " reported a hung worker" : " reported a failed worker");
@@ -277,6 +283,115 @@ void StoreRendezvous::on_change(int round, std::optional<std::string> value, std
   }
   event_timer_.cancel();
   if (callback_) callback_();
+}
+
+int StoreRendezvous::restarts_known() const {
+  return formed_ ? formed_->restart_count + in_place_restarts_ : 0;
+}
+
+// In-process recovery across nodes (round_protocol.hpp has the keys). Generation g of round R
+// runs everywhere once every node has counted itself in r/R/gen/<g>/ready; the next one is
+// claimed by writing r/R/gen/<g+1> (first writer wins), which wakes every node's generation
+// watcher; the restart it spends is counted in r/R/inplace, which the next round's count adds.
+asio::awaitable<RendezvousHandler::InPlaceRestart> StoreRendezvous::restart_in_place(
+    int generation) {
+  if (!formed_ || round_end_ || store_broken_)
+    co_return InPlaceRestart{std::nullopt, "the round ended"};
+  const FormedRound& f = *formed_;
+  const auto nodes = static_cast<int64_t>(f.nodes.size());
+  const std::string in_place = RoundProtocol::key(f.round, "inplace");
+  try {
+    const int64_t joined = co_await main_->add(
+        RoundProtocol::key(f.round, "gen/" + std::to_string(generation) + "/ready"), 0);
+    if (joined < nodes) {
+      co_return InPlaceRestart{std::nullopt,
+                               "the workers of " + std::to_string(nodes - joined) + " of " +
+                                   std::to_string(nodes) +
+                                   " nodes do not all run a ddprun::TrainingLoop of process group "
+                                   "generation " +
+                                   std::to_string(generation)};
+    }
+    const int64_t used = co_await main_->add(in_place, 1);
+    const int count = f.restart_count + static_cast<int>(used);
+    if (!may_restart(count - 1, protocol_->max_restarts())) {
+      co_await main_->add(in_place, -1);
+      co_return InPlaceRestart{};
+    }
+    const std::string mine = std::to_string(count) + " " + self_.id;
+    const std::string stored = co_await main_->compare_set(
+        RoundProtocol::key(f.round, "gen/" + std::to_string(generation + 1)), "", mine);
+    if (stored != mine) {
+      co_await main_->add(in_place, -1);
+      const auto space = stored.find(' ');
+      co_return InPlaceRestart{
+          std::nullopt, node_name(space == std::string::npos ? stored : stored.substr(space + 1)) +
+                            " began a recovery of its own at the same time"};
+    }
+    in_place_restarts_ = std::max(in_place_restarts_, static_cast<int>(used));
+    co_return InPlaceRestart{count, {}};
+  } catch (const std::exception& e) {
+    co_return InPlaceRestart{std::nullopt, std::string("the rendezvous store: ") + e.what()};
+  }
+}
+
+asio::awaitable<void> StoreRendezvous::share_generation(int generation, bool joined) {
+  if (!formed_ || store_broken_) co_return;
+  try {
+    co_await main_->add(
+        RoundProtocol::key(formed_->round, "gen/" + std::to_string(generation) + "/ready"),
+        joined ? 1 : -1);
+  } catch (const std::exception&) {
+    // The store is gone: the round watcher says so, and the round ends.
+  }
+}
+
+asio::awaitable<bool> StoreRendezvous::generation_formed(int generation) {
+  if (!formed_ || store_broken_) co_return false;
+  try {
+    const int64_t joined = co_await main_->add(
+        RoundProtocol::key(formed_->round, "gen/" + std::to_string(generation) + "/ready"), 0);
+    co_return joined >= static_cast<int64_t>(formed_->nodes.size());
+  } catch (const std::exception&) {
+    co_return false;
+  }
+}
+
+// The generation watcher: one WAIT on the formed round's next generation key at a time, in
+// slices, so that it moves on to a new round's keys. A claim of another node's is its recovery.
+asio::awaitable<void> StoreRendezvous::watch_generations() {
+  constexpr Millis kSlice{1000};
+  int round = -1;
+  int next = 1;
+  while (!stopping_ && !store_broken_) {
+    if (formed_->round != round) round = formed_->round, next = 1;
+    const std::string key = RoundProtocol::key(round, "gen/" + std::to_string(next));
+    std::optional<std::string> value;
+    try {
+      std::vector<std::string> keys{key};
+      if (co_await recoveries_->wait(keys, kSlice)) {
+        auto got = co_await recoveries_->multi_get(std::move(keys));
+        if (!got.empty()) value = std::move(got.front());
+      }
+    } catch (const std::exception&) {
+      break;  // the store is gone: the round watcher reports it
+    }
+    if (stopping_) break;
+    if (!value) continue;
+    on_generation(round, next++, *value);
+  }
+  watching_generations_ = false;
+}
+
+// A claim reads "<restart count> <agent id>".
+void StoreRendezvous::on_generation(int round, int generation, const std::string& value) {
+  if (!formed_ || round != formed_->round || round_end_) return;
+  const auto space = value.find(' ');
+  if (space == std::string::npos) return;
+  const std::string id = value.substr(space + 1);
+  if (id == self_.id) return;
+  const int count = std::atoi(value.substr(0, space).c_str());
+  in_place_restarts_ = std::max(in_place_restarts_, count - formed_->restart_count);
+  if (peer_recovery_) peer_recovery_(PeerRecovery{generation, count, node_name(id)});
 }
 
 asio::awaitable<RoundEnd> StoreRendezvous::report_failure(bool hang) {
@@ -385,6 +500,7 @@ asio::awaitable<void> StoreRendezvous::shutdown(Exit how) {
   stopping_ = true;
   watch_wake_.notify();
   if (watch_) watch_->close();
+  if (recoveries_) recoveries_->close();
   // Leaving ends this agent's presence for the others at once (etcd: its lease, whose will
   // ends the running round); an interrupted agent leaves that to its guardian.
   if (!interrupted_)

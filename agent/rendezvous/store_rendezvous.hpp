@@ -6,6 +6,9 @@
 //     (store_link.hpp: our store, hosted here or elsewhere, or etcd): the main one runs the
 //     protocol, the other parks in WAIT on the running round's "change" key (the round
 //     watcher, a coroutine) and reports the event through round_end()/on_round_end();
+//   * with --in-process-recovery, a third client parks in WAIT on the key of the round's next
+//     process group generation (the generation watcher), so that a recovery another node
+//     begins reaches this agent the moment it is claimed (on_peer_recovery);
 //   * every round, this agent listens on a fresh workers' store (port 0) before joining; the
 //     round's node-rank-0 agent keeps its own and the others close theirs, so workers get
 //     MASTER_ADDR = that node's advertised address and MASTER_PORT = that fresh port.
@@ -54,6 +57,12 @@ class StoreRendezvous final : public RendezvousHandler {
   void on_round_end(std::function<void()> callback) override { callback_ = std::move(callback); }
   boost::asio::awaitable<RoundEnd> report_failure(bool hang) override;
   boost::asio::awaitable<RoundEnd> report_success() override;
+  boost::asio::awaitable<InPlaceRestart> restart_in_place(int generation) override;
+  boost::asio::awaitable<void> share_generation(int generation, bool joined) override;
+  boost::asio::awaitable<bool> generation_formed(int generation) override;
+  void on_peer_recovery(std::function<void(const PeerRecovery&)> callback) override {
+    peer_recovery_ = std::move(callback);
+  }
   boost::asio::awaitable<std::vector<std::string>> exchange_hang_evidence(
       std::string mine, std::chrono::milliseconds timeout) override;
   void interrupt() override;
@@ -65,6 +74,9 @@ class StoreRendezvous final : public RendezvousHandler {
   boost::asio::awaitable<void> connect();
   boost::asio::awaitable<void> watch_rounds();
   void on_change(int round, std::optional<std::string> value, std::string error);
+  boost::asio::awaitable<void> watch_generations();
+  void on_generation(int round, int generation, const std::string& value);
+  int restarts_known() const;  // the formed round's restart count, recoveries in place included
   RoundEnd describe(const RoundChange& change) const;
   RoundEnd store_lost(const std::string& error) const;
   std::string endpoint() const;
@@ -78,9 +90,10 @@ class StoreRendezvous final : public RendezvousHandler {
   boost::asio::io_context& io_;
   RendezvousSettings s_;
   NodeDesc self_;
-  std::unique_ptr<StoreLink> link_;         // how the store is reached (and maybe hosted)
-  std::unique_ptr<RendezvousStore> main_;   // runs the protocol
-  std::unique_ptr<RendezvousStore> watch_;  // parked in WAIT on the round's change key
+  std::unique_ptr<StoreLink> link_;              // how the store is reached (and maybe hosted)
+  std::unique_ptr<RendezvousStore> main_;        // runs the protocol
+  std::unique_ptr<RendezvousStore> watch_;       // parked in WAIT on the round's change key
+  std::unique_ptr<RendezvousStore> recoveries_;  // parked in WAIT on the next generation's key
   std::unique_ptr<RoundProtocol> protocol_;
   std::unique_ptr<store::Server> workers_store_;  // this round's, on io_
   std::unique_ptr<store::StoreProxy> proxy_;      // --store-proxy: this round's, on io_
@@ -88,6 +101,9 @@ class StoreRendezvous final : public RendezvousHandler {
   std::optional<RoundChange> last_change_;        // how formed_ ended
   std::optional<RoundEnd> round_end_;
   std::function<void()> callback_;
+  std::function<void(const PeerRecovery&)> peer_recovery_;
+  int in_place_restarts_ = 0;              // recoveries in place of the formed round known here
+  bool watching_generations_ = false;      // the generation watcher runs
   boost::asio::steady_timer event_timer_;  // wakes report_success's wait
   sys::Wakeup watch_wake_;                 // a new round to watch, or shutdown
   std::optional<int> watch_round_;

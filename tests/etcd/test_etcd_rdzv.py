@@ -13,6 +13,7 @@ import pytest
 from etcd_helpers import (FAST_CONF, all_dead, etcd_flags, formed_re, free_port, gloo_loop,
                           kill_tree, records, seconds_until_gone, steps_done, wait_running,
                           worker)
+from testenv import SDK_BIN_DIR
 
 
 def test_two_nodes_form_and_run_a_gloo_job(etcd, cluster, tmp_path):
@@ -251,3 +252,29 @@ def test_endpoint_without_port_means_2379(cluster, tmp_path):
                       worker("record.py"), tmp_path / "log", addr="127.0.0.2")
     assert a.wait(30) == 1, a.log()
     assert re.search(rf"{re.escape(host)}:2379\b", a.log()), a.log()
+
+
+def test_in_process_recovery_across_nodes_goes_through_etcd(etcd, cluster):
+    # --in-process-recovery over etcd: rank 1's node replaces it alone, the other node learns of
+    # the recovery through etcd (its generation watcher) and its worker rebuilds the process
+    # group in the process it started in; one round, one restart spent.
+    tool = SDK_BIN_DIR / "recovery_tool"
+    assert tool.exists(), f"{tool} not built"
+    flags = etcd_flags(etcd.endpoint_arg(), 2, "inproc", max_restarts=2)
+    agents = [cluster.agent([*flags, "--in-process-recovery", "--no-python"], tool, "--steps",
+                            "30", "--step-ms", "50", "--kill", "1:12", addr=a)
+              for a in ("127.0.0.2", "127.0.0.3")]
+    for a in agents:
+        assert a.wait(120) == 0, a.log()
+    out = "\n".join(a.log() for a in agents)
+    assert "on worker-replaceable: replace" in agents[1].log(), out
+    assert "on peer-recovering: follow" in agents[0].log(), out
+    starts = re.findall(r"rank (\d) pid (\d+) generation (\d) start", out)
+    ends = re.findall(r"rank (\d) pid (\d+) params (\w+) recoveries 1", out)
+    assert len(ends) == 2 and len({e[2] for e in ends}) == 1, out  # the same parameters
+    survivor = [e for e in ends if e[0] == "0"][0]
+    assert [s[1] for s in starts if s[0] == "0"] == [survivor[1]], out  # rank 0 kept its process
+    assert [s[2] for s in starts if s[0] == "1"] == ["0", "1"], out  # rank 1 replaced in gen 1
+    for a in agents:
+        assert "re-formed" not in a.log() and "restart count 1 of 2" in a.log(), a.log()
+    assert all(k.startswith("/ddprun/inproc/") for k in etcd.keys())

@@ -75,3 +75,45 @@ def netns_unavailable():
         return f"ip netns does not work here: {r.stderr.strip()}"
     ip("netns", "del", probe, check=False)
     return None
+
+
+class LoopbackNodes:
+    """A job's nodes as loopback addresses of this machine: node i is 127.0.0.<i + 2>, the
+    rendezvous store on 127.0.0.1."""
+    store, store_netns, env = "127.0.0.1", None, {}
+
+    def node(self, i):
+        """(address, network namespace) of node i."""
+        return f"127.0.0.{i + 2}", None
+
+    def close(self):
+        pass
+
+
+class NamespaceNodes:
+    """A job's nodes as separate hosts: host 0 the rendezvous store, host i + 1 node i."""
+
+    def __init__(self, nodes, prefix, net):
+        self.hosts = Hosts(nodes + 1, prefix=prefix, net=net)
+        self.store, self.store_netns = self.hosts.addr(0), self.hosts.names[0]
+        # Gloo finds its address from the host name, the same in every namespace: name the
+        # interface, as test_netns does.
+        self.env = {"GLOO_SOCKET_IFNAME": "eth0"}
+
+    def node(self, i):
+        return self.hosts.addr(i + 1), self.hosts.names[i + 1]
+
+    def close(self):
+        self.hosts.close()
+
+
+def node_places(kind, nodes, prefix, net):
+    """For a fixture parametrized over ["loopback", "netns"]: LoopbackNodes, or NamespaceNodes
+    (`nodes` of them, Hosts' `prefix` and `net`); pytest.skip where namespaces cannot be made."""
+    if kind == "loopback":
+        return LoopbackNodes()
+    unavailable = netns_unavailable()
+    if unavailable is not None:
+        import pytest
+        pytest.skip(str(unavailable))
+    return NamespaceNodes(nodes, prefix, net)

@@ -7,7 +7,6 @@ parameters of a run that lost nothing. The nodes are loopback addresses of this 
 then separate hosts (a network namespace each, the replacement on a host of its own; needs root
 and `ip netns`)."""
 import json
-import os
 import pathlib
 import re
 import signal
@@ -15,7 +14,7 @@ import signal
 import pytest
 
 from jobs import c10d_flags, records, wait_until
-from netns_hosts import Hosts, netns_unavailable
+from netns_hosts import node_places
 from testenv import TORCH2_PYTHON, clean_env
 
 TRAIN = pathlib.Path(__file__).parent / "replica_train.py"
@@ -26,39 +25,12 @@ def env(**extra):
     return clean_env(python=TORCH2_PYTHON, PYTHONPATH=MODULE, OMP_NUM_THREADS="1", **extra)
 
 
-class Loopback:
-    """Nodes as loopback addresses: node i is 127.0.0.<i + 2>, the store on 127.0.0.1."""
-    store, store_netns, env = "127.0.0.1", None, {}
-
-    def node(self, i):
-        return f"127.0.0.{i + 2}", None
-
-
-class Namespaces:
-    """Nodes as hosts: host 0 the store, host i + 1 node i (the replacement: host 3)."""
-
-    def __init__(self):
-        self.hosts = Hosts(4, prefix="rep", net=214)
-        self.store, self.store_netns = self.hosts.addr(0), self.hosts.names[0]
-        # Gloo finds its address from the host name, the same in every namespace: name the
-        # interface, as test_netns does.
-        self.env = {"GLOO_SOCKET_IFNAME": "eth0"}
-
-    def node(self, i):
-        return self.hosts.addr(i + 1), self.hosts.names[i + 1]
-
-
 @pytest.fixture(params=["loopback", "netns"])
 def where(request):
-    if request.param == "loopback":
-        yield Loopback()
-        return
-    unavailable = netns_unavailable()
-    if unavailable is not None:
-        pytest.skip(str(unavailable))
-    n = Namespaces()
-    yield n
-    n.hosts.close()
+    """Node i's place (the replacement is node 2: a host of its own)."""
+    places = node_places(request.param, 3, prefix="rep", net=214)
+    yield places
+    places.close()
 
 
 def start(cluster, where, ddpstore_port, job, d, node):
