@@ -4,6 +4,7 @@ process group with it and hand it the model and optimizer state; the step that f
 again and the job ends with the parameters, bitwise, of a run that never failed. The
 replacement is the standby ddprun starts once every worker runs its loop; the next standby
 goes with the job. A second failure during the recovery restarts the whole group, as without the flag."""
+import os
 import re
 
 import pytest
@@ -11,12 +12,12 @@ import pytest
 from sdkutil import Launcher, sdk_bin
 
 STEPS = 30
+TAG = f"in-process-recovery-{os.getpid()}"  # in every worker's environment
 
 
 def run(launcher, nproc, args, *, in_process=True, max_restarts=2, load=None, env=None):
     if launcher.name != "ddprun":
         pytest.skip("in-process recovery is ddprun's")
-    import os
     import subprocess
     cmd = launcher.command(nproc, max_restarts=max_restarts)
     if in_process:
@@ -24,14 +25,24 @@ def run(launcher, nproc, args, *, in_process=True, max_restarts=2, load=None, en
     argv = [sdk_bin("recovery_tool"), "--steps", str(STEPS)] + list(args)
     if load:
         argv += ["--load", str(load)]
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", DDPRUN_TEST_TAG=TAG, **(env or {}))
     return subprocess.run(cmd + argv, capture_output=True, text=True, timeout=240, env=full_env)
 
 
 def leftover_tools():
+    """This module's recovery_tool processes still running (other tests, which ctest may run at
+    the same time, start the tool too: only processes with this module's tag count)."""
     import subprocess
     found = subprocess.run(["pgrep", "-f", "bin/recovery_tool"], capture_output=True, text=True)
-    return found.stdout.split()
+    mine = []
+    for pid in found.stdout.split():
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"DDPRUN_TEST_TAG={TAG}".encode() in environ:
+            mine.append(pid)
+    return mine
 
 
 def ranks(result):
