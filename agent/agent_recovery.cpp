@@ -111,7 +111,8 @@ std::optional<std::string> Agent::Impl::cannot_follow() const {
   if (group_.state() != WorkerState::kHealthy) {
     return "generation " + std::to_string(recovery_->generation()) + " had not formed yet";
   }
-  if (running_ranks().size() != group_.workers().size() || !recovery_->ready(running_ranks())) {
+  const std::vector<int> running = running_ranks();
+  if (running.size() != group_.workers().size() || !recovery_->ready(running)) {
     return "not every worker of this node runs a ddprun::TrainingLoop of process group "
            "generation " +
            std::to_string(recovery_->generation());

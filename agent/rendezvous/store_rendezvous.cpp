@@ -8,7 +8,9 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstdlib>
 #include <system_error>
+#include <utility>
 
 #include "agent/rendezvous/workers_store_peers.hpp"
 #include "store/client.hpp"
@@ -285,6 +287,26 @@ void StoreRendezvous::on_change(int round, std::optional<std::string> value, std
   if (callback_) callback_();
 }
 
+namespace {
+
+// In-process recovery's keys of round `round` (round_protocol.hpp): the claim of generation g,
+// and the count of nodes whose workers all run it.
+std::string generation_key(int round, int g) {
+  return RoundProtocol::key(round, "gen/" + std::to_string(g));
+}
+std::string generation_ready_key(int round, int g) {
+  return generation_key(round, g) + "/ready";
+}
+
+// A claim, "<restart count> <agent id>": (count, id); id empty when it is not one.
+std::pair<int, std::string> parse_claim(const std::string& value) {
+  const auto space = value.find(' ');
+  if (space == std::string::npos) return {0, {}};
+  return {std::atoi(value.substr(0, space).c_str()), value.substr(space + 1)};
+}
+
+}  // namespace
+
 int StoreRendezvous::restarts_known() const {
   return formed_ ? formed_->restart_count + in_place_restarts_ : 0;
 }
@@ -301,8 +323,7 @@ asio::awaitable<RendezvousHandler::InPlaceRestart> StoreRendezvous::restart_in_p
   const auto nodes = static_cast<int64_t>(f.nodes.size());
   const std::string in_place = RoundProtocol::key(f.round, "inplace");
   try {
-    const int64_t joined = co_await main_->add(
-        RoundProtocol::key(f.round, "gen/" + std::to_string(generation) + "/ready"), 0);
+    const int64_t joined = co_await main_->add(generation_ready_key(f.round, generation), 0);
     if (joined < nodes) {
       co_return InPlaceRestart{std::nullopt,
                                "the workers of " + std::to_string(nodes - joined) + " of " +
@@ -318,14 +339,12 @@ asio::awaitable<RendezvousHandler::InPlaceRestart> StoreRendezvous::restart_in_p
       co_return InPlaceRestart{};
     }
     const std::string mine = std::to_string(count) + " " + self_.id;
-    const std::string stored = co_await main_->compare_set(
-        RoundProtocol::key(f.round, "gen/" + std::to_string(generation + 1)), "", mine);
+    const std::string stored =
+        co_await main_->compare_set(generation_key(f.round, generation + 1), "", mine);
     if (stored != mine) {
       co_await main_->add(in_place, -1);
-      const auto space = stored.find(' ');
-      co_return InPlaceRestart{
-          std::nullopt, node_name(space == std::string::npos ? stored : stored.substr(space + 1)) +
-                            " began a recovery of its own at the same time"};
+      co_return InPlaceRestart{std::nullopt, node_name(parse_claim(stored).second) +
+                                                 " began a recovery of its own at the same time"};
     }
     in_place_restarts_ = std::max(in_place_restarts_, static_cast<int>(used));
     co_return InPlaceRestart{count, {}};
@@ -337,9 +356,7 @@ asio::awaitable<RendezvousHandler::InPlaceRestart> StoreRendezvous::restart_in_p
 asio::awaitable<void> StoreRendezvous::share_generation(int generation, bool joined) {
   if (!formed_ || store_broken_) co_return;
   try {
-    co_await main_->add(
-        RoundProtocol::key(formed_->round, "gen/" + std::to_string(generation) + "/ready"),
-        joined ? 1 : -1);
+    co_await main_->add(generation_ready_key(formed_->round, generation), joined ? 1 : -1);
   } catch (const std::exception&) {
     // The store is gone: the round watcher says so, and the round ends.
   }
@@ -348,8 +365,7 @@ asio::awaitable<void> StoreRendezvous::share_generation(int generation, bool joi
 asio::awaitable<bool> StoreRendezvous::generation_formed(int generation) {
   if (!formed_ || store_broken_) co_return false;
   try {
-    const int64_t joined = co_await main_->add(
-        RoundProtocol::key(formed_->round, "gen/" + std::to_string(generation) + "/ready"), 0);
+    const int64_t joined = co_await main_->add(generation_ready_key(formed_->round, generation), 0);
     co_return joined >= static_cast<int64_t>(formed_->nodes.size());
   } catch (const std::exception&) {
     co_return false;
@@ -364,7 +380,7 @@ asio::awaitable<void> StoreRendezvous::watch_generations() {
   int next = 1;
   while (!stopping_ && !store_broken_) {
     if (formed_->round != round) round = formed_->round, next = 1;
-    const std::string key = RoundProtocol::key(round, "gen/" + std::to_string(next));
+    const std::string key = generation_key(round, next);
     std::optional<std::string> value;
     try {
       std::vector<std::string> keys{key};
@@ -382,14 +398,10 @@ asio::awaitable<void> StoreRendezvous::watch_generations() {
   watching_generations_ = false;
 }
 
-// A claim reads "<restart count> <agent id>".
 void StoreRendezvous::on_generation(int round, int generation, const std::string& value) {
   if (!formed_ || round != formed_->round || round_end_) return;
-  const auto space = value.find(' ');
-  if (space == std::string::npos) return;
-  const std::string id = value.substr(space + 1);
-  if (id == self_.id) return;
-  const int count = std::atoi(value.substr(0, space).c_str());
+  const auto [count, id] = parse_claim(value);
+  if (id.empty() || id == self_.id) return;
   in_place_restarts_ = std::max(in_place_restarts_, count - formed_->restart_count);
   if (peer_recovery_) peer_recovery_(PeerRecovery{generation, count, node_name(id)});
 }
