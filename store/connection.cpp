@@ -133,18 +133,20 @@ void Connection::finish() {
   finished_ = true;
   if (session_->challenged() && !core_->closed) refuse("wrong token");  // hung up on our proof
   if (!closed_) shut();
-  if (session_->mux_id() != 0 && !core_->closed) {
-    // A proxy's multiplexed session waits for its proxy to come back (PROTOCOL.md, "Resuming
-    // a multiplexed connection"); an empty one stands in here until the object goes.
-    core_->park(std::move(session_));
-    session_ = std::make_unique<Session>(core_->state, core_->options.limits, listener(),
-                                         core_->options.token, &core_->budget);
-  }
+  if (session_->mux_id() != 0 && !core_->closed) park_session();
   session_->discard_output();  // its budget goes to the connections that wait for it
   core_->wake_budget_waiters();
   session_->fire_will();  // after the close: the will's waiters may be anywhere but here
   // The handler that called this may still use the object: release it after that handler.
   if (self_) asio::post(core_->io, [self = std::move(self_)] {});
+}
+
+// A proxy's multiplexed session waits for its proxy to come back (PROTOCOL.md, "Resuming a
+// multiplexed connection"); an empty one stands in here until the object goes.
+void Connection::park_session() {
+  core_->park(std::move(session_));
+  session_ = std::make_unique<Session>(core_->state, core_->options.limits, listener(),
+                                       core_->options.token, &core_->budget);
 }
 
 bool Connection::consume(const char* data, size_t size) {
@@ -164,6 +166,19 @@ bool Connection::adopt(Session::ResumeRequest request) {
   flush();  // the hello's PING echo, before the resumed stream
   if (closed_) return false;
   std::unique_ptr<Session> parked = core_->unpark(request.id);
+  if (!parked && request.id != 0) {
+    // Its proxy may have moved on from a connection whose loss this store has not seen yet (a
+    // reset both ways, this connection's bytes handled first): that one lets the session go.
+    for (Connection* c = core_->connections; c != nullptr; c = c->next_) {
+      if (c == this || c->session_->mux_id() != request.id) continue;
+      sys::log_line(core_->options.log_prefix, "closing connection from " + c->peer() +
+                                                   ": its session is resumed from " + peer());
+      c->park_session();
+      c->close();
+      parked = core_->unpark(request.id);
+      break;
+    }
+  }
   if (!parked) {
     const char unknown = static_cast<char>(kMuxUnknownSession);  // the proxy stops trying
     (void)::send(fd_.get(), &unknown, 1, MSG_NOSIGNAL);

@@ -57,8 +57,11 @@ class Connection final : public std::enable_shared_from_this<Connection>,
   // Closes the socket and leaves the Poller (no event reaches this connection after it).
   void shut();
   bool consume(const char* data, size_t size);
-  // MUX asked to resume a detached session: this connection takes it over.
+  // MUX asked to resume a detached session: this connection takes it over (from the
+  // connection that still holds it, where its loss has not been seen yet).
   bool adopt(Session::ResumeRequest request);
+  // Parks the multiplexed session for its proxy; an empty session takes its place here.
+  void park_session();
   // Sends what it can and lets the paused session try its request again; false when the
   // connection was closed.
   bool resume();

@@ -38,6 +38,22 @@ using test::Relay;
 using test::RelayedJob;
 using test::str_bytes;
 
+// A listening socket on a free loopback port (the test plays the store's part on it), or -1.
+int loopback_listener(uint16_t* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || ::listen(fd, 16) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 TEST(StoreProxyTest, EveryOpGivesWhatTheStoreGives) {
   Job job;
   auto c = job.via_proxy();
@@ -270,6 +286,138 @@ TEST(StoreProxyTest, ARestartedStoreEndsTheLinkAtOnce) {
   const auto started = std::chrono::steady_clock::now();
   EXPECT_THROW(c->add("/n", 1), StoreError);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+}
+
+// The first connection to the store breaking in the session's handshake (reset right after
+// the MUX request, as a busy store host or a network fault can) is tried again within the
+// connect timeout, as a broken link is resumed: the proxy is not lost for it.
+TEST(StoreProxyTest, AFirstLinkBrokenInItsHandshakeIsTriedAgain) {
+  uint16_t port = 0;
+  const int listener = loopback_listener(&port);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> reset{false};
+  std::thread front([&] {  // answers the hello, reads the MUX request, resets the connection
+    const int fd = ::accept(listener, nullptr, nullptr);
+    char hello[10], mux[17];
+    if (fd < 0 || ::recv(fd, hello, sizeof hello, MSG_WAITALL) != sizeof hello ||
+        ::send(fd, hello + 6, 4, MSG_NOSIGNAL) != 4 ||
+        ::recv(fd, mux, sizeof mux, MSG_WAITALL) != sizeof mux) {
+      if (fd >= 0) ::close(fd);
+      return;
+    }
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+    reset = true;
+  });
+  ProxyOptions po;
+  po.upstream_host = "127.0.0.1";
+  po.upstream_port = port;
+  po.upstream.connect_timeout = 20s;
+  ProxyThread proxy(po);
+  front.join();
+  ::close(listener);
+  ASSERT_TRUE(reset);
+  ServerOptions so;  // the store, now on that port
+  so.host = "127.0.0.1";
+  so.port = port;
+  ServerThread server(so);
+  ClientOptions co;
+  co.connect_timeout = 5s;
+  co.timeout = 10s;
+  auto c = Client::connect("127.0.0.1", proxy.port(), co);
+  EXPECT_EQ(c->add("/n", 1), 1);
+  EXPECT_TRUE(proxy.stats().upstream_connected);
+  EXPECT_EQ(Client::connect("127.0.0.1", server.port(), co)->add("/n", 0), 1);
+}
+
+// A token the store refuses ends the proxy's link at once, with the reason: trying again within
+// the connect timeout cannot help.
+TEST(StoreProxyTest, ARefusedTokenEndsTheLinkAtOnce) {
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  so.token = "the-right-token";
+  ServerThread server(so);
+  boost::asio::io_context io;
+  ProxyOptions po;
+  po.upstream_host = "127.0.0.1";
+  po.upstream_port = server.port();
+  po.upstream.token = "a-wrong-token";
+  po.upstream.connect_timeout = 60s;
+  StoreProxy proxy(io, po);
+  std::string why;
+  proxy.on_upstream_lost([&why](const std::string& w) { why = w; });
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000 && why.empty(); ++i) io.run_for(10ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+  EXPECT_NE(why.find("token"), std::string::npos) << why;
+}
+
+// A proxy that resumes its session on a new connection before the store has seen the old one
+// go (a reset both ways, the new connection's bytes handled first) gets its session: the old
+// connection is closed, the new one is not refused as if the session were gone.
+TEST(StoreProxyTest, AResumeTakesTheSessionFromAConnectionNotYetSeenGone) {
+  ServerOptions so;
+  so.host = "127.0.0.1";
+  ServerThread server(so);
+  RawConn first(server.port());
+  first.send(test::torch2_hello() + std::string(test::v2(Op::kMux).i64(0).i64(0)));
+  const std::string ack = first.recv(17);
+  ASSERT_EQ(static_cast<uint8_t>(ack[0]), kExtensionAck);
+  const auto framed = [](int64_t v) { return std::string(1, char(kMuxReply)) + i64_bytes(v); };
+  first.send(test::v2(Op::kAdd).str("/n").i64(1));
+  EXPECT_EQ(first.recv(9), framed(1));
+  // The first connection is still open here: its proxy moved on without the store knowing.
+  RawConn second(server.port());
+  second.send(
+      test::torch2_hello() +
+      std::string(
+          test::v2(Op::kMux).i64(static_cast<int64_t>(wire::load_le(ack.data() + 1, 8))).i64(9)));
+  const std::string resumed = second.recv(17);
+  ASSERT_EQ(static_cast<uint8_t>(resumed[0]), kExtensionAck);
+  EXPECT_EQ(resumed.substr(1, 8), ack.substr(1, 8));
+  second.send(test::v2(Op::kAdd).str("/n").i64(1));
+  EXPECT_EQ(second.recv(9), framed(2));
+  EXPECT_TRUE(first.closed_by_peer(10s));
+}
+
+// A store that answers the hello but never the MUX does not hold the proxy: the handshake gets
+// what is left of the connect timeout, then the link is lost with the reason, and its clients
+// are closed instead of waiting forever.
+TEST(StoreProxyTest, AStoreSilentAfterTheHelloEndsTheLinkInTheConnectTimeout) {
+  uint16_t port = 0;
+  const int listener = loopback_listener(&port);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> stop{false};
+  std::thread silent([&] {  // answers every hello, then reads and never answers
+    std::vector<int> held;
+    while (!stop) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int fd = ::accept(listener, nullptr, nullptr);
+      char hello[10];
+      if (fd >= 0 && ::recv(fd, hello, sizeof hello, MSG_WAITALL) == sizeof hello) {
+        (void)::send(fd, hello + 6, 4, MSG_NOSIGNAL);
+      }
+      if (fd >= 0) held.push_back(fd);
+    }
+    for (int fd : held) ::close(fd);
+  });
+  boost::asio::io_context io;
+  ProxyOptions po;
+  po.upstream_host = "127.0.0.1";
+  po.upstream_port = port;
+  po.upstream.connect_timeout = 1s;
+  StoreProxy proxy(io, po);
+  std::string why;
+  proxy.on_upstream_lost([&why](const std::string& w) { why = w; });
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000 && why.empty(); ++i) io.run_for(10ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  EXPECT_NE(why.find("did not answer MUX"), std::string::npos) << why;
+  stop = true;
+  silent.join();
+  ::close(listener);
 }
 
 // A proxy closed while it tries to resume (its store is gone) leaves nothing running on the

@@ -10,6 +10,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/system/system_error.hpp>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -86,8 +88,10 @@ struct SessionGone : std::runtime_error {
 
 }  // namespace
 
+// The first connection gets the same retries as a resume: a connection that breaks during the
+// MUX handshake (a reset, the store's host busy) is tried again within the connect timeout.
 void Upstream::start() {
-  asio::co_spawn(executor_, connect(options_.upstream.connect_timeout),
+  asio::co_spawn(executor_, resume(),
                  asio::bind_cancellation_slot(cancel_.slot(),
                                               [self = shared_from_this()](std::exception_ptr e) {
                                                 if (!e) return;
@@ -100,23 +104,41 @@ void Upstream::start() {
 }
 
 asio::awaitable<void> Upstream::connect(std::chrono::milliseconds budget) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
   ClientOptions options = options_.upstream;
   options.connect_timeout = budget;
   auto client = co_await AsyncClient::connect(executor_, options_.upstream_host,
                                               options_.upstream_port, options);
   if (closed_) co_return;
   socket_ = client->release_socket();
+  // The session's handshake gets what is left of the budget: a store that answers the hello
+  // but never the MUX ends this attempt (its socket closed) instead of holding the proxy.
+  auto expired = std::make_shared<bool>(false);
+  asio::steady_timer limit(executor_, deadline);
+  limit.async_wait(
+      [self = shared_from_this(), gen = generation_, expired](boost::system::error_code ec) {
+        if (ec || gen != self->generation_ || self->connected_) return;
+        *expired = true;
+        boost::system::error_code ignored;
+        self->socket_.close(ignored);
+      });
   std::string mux;
   wire::put_u8(mux, kMuxOpcode);
   wire::put_i64(mux, static_cast<int64_t>(session_));
   wire::put_i64(mux, static_cast<int64_t>(in_total_));
-  co_await asio::async_write(socket_, asio::buffer(mux), asio::use_awaitable);
   char ack[17];
-  co_await asio::async_read(socket_, asio::buffer(ack, 1), asio::use_awaitable);
-  if (static_cast<uint8_t>(ack[0]) == kMuxUnknownSession) {
-    throw SessionGone("the store no longer has this proxy's session");
+  try {
+    co_await asio::async_write(socket_, asio::buffer(mux), asio::use_awaitable);
+    co_await asio::async_read(socket_, asio::buffer(ack, 1), asio::use_awaitable);
+    if (static_cast<uint8_t>(ack[0]) == kMuxUnknownSession) {
+      throw SessionGone("the store no longer has this proxy's session");
+    }
+    co_await asio::async_read(socket_, asio::buffer(ack + 1, 16), asio::use_awaitable);
+  } catch (const boost::system::system_error&) {
+    if (*expired)
+      throw std::runtime_error("the store did not answer MUX within the connect timeout");
+    throw;
   }
-  co_await asio::async_read(socket_, asio::buffer(ack + 1, 16), asio::use_awaitable);
   if (closed_) co_return;
   const auto id = wire::load_le(ack + 1, 8);
   const uint64_t consumed = wire::load_le(ack + 9, 8);
@@ -263,22 +285,27 @@ void Upstream::fail(const std::string& why) {
   if (handlers_.lost) handlers_.lost(why);
 }
 
-// Connects again and resumes, attempt after attempt (a connection may break during the resume
-// too), until the client's connect timeout has passed or the store says the session is gone.
+// Connects (again) and opens (resumes) the session, attempt after attempt (a connection may
+// break during the handshake too), until the client's connect timeout has passed or the store
+// says the session is gone.
 asio::awaitable<void> Upstream::resume() {
   const auto deadline = std::chrono::steady_clock::now() + options_.upstream.connect_timeout;
   asio::steady_timer pause(executor_);
+  std::string last = "the connect timeout is 0";
   for (auto backoff = std::chrono::milliseconds(10);;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) throw std::runtime_error("no resume within the connect timeout");
+    if (left.count() <= 0) throw std::runtime_error(last);  // the last attempt's reason
     try {
       co_await connect(left);
       co_return;
     } catch (const SessionGone&) {
       throw;
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      const auto* refused = dynamic_cast<const StoreError*>(&e);
+      if (refused && refused->kind() == StoreError::Kind::kAuth) throw;  // retrying cannot help
       if (closed_ || std::chrono::steady_clock::now() >= deadline) throw;
+      last = e.what();
     }
     boost::system::error_code ignored;
     socket_.close(ignored);

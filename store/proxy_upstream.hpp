@@ -49,7 +49,7 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   };
 
   Upstream(boost::asio::any_io_executor executor, const ProxyOptions& options, Handlers handlers);
-  void start();  // connects (with the client's retries), then sends what is queued
+  void start();  // connects (retried as a resume is), then sends what is queued
   void close();
 
   // Queues a request whose reply comes in order.
