@@ -63,7 +63,9 @@ bool Session::attach(OutputListener& listener, uint64_t received) {
   wire::put_i64(out, static_cast<int64_t>(mux.in_bytes));
   const size_t header = out.size();
   out.append(mux.sent, static_cast<size_t>(received - mux.sent_base));  // lost on the way
-  out.append(out_, out_pos_);                                           // not sent yet
+  // Not sent yet: the stream, after what of an earlier answer (or pre-MUX replies) had not
+  // left either; that was for a connection that is gone.
+  out.append(out_, std::min(out_.size(), out_pos_ + mux.skip));
   out_ = std::move(out);
   out_pos_ = 0;
   mux.sent.clear();

@@ -168,5 +168,26 @@ TEST(SessionMuxTest, ResumesFromTheClientsPosition) {
   EXPECT_EQ(resume->rest, std::string(v2(Op::kGet).str("/n")));
 }
 
+// A session resumed again before the previous resume's answer left the store (the connection
+// that took it died, or its proxy moved on, first): the new connection gets one answer and the
+// stream, not the unsent rest of the earlier answer as if it were stream bytes.
+TEST(SessionMuxTest, AnUnsentAnswerIsNotResentAsStream) {
+  StoreState state;
+  Peer proxy(state);
+  proxy.send(torch2_hello());
+  proxy.send(v2(Op::kMux).i64(0).i64(0));
+  EXPECT_EQ(proxy.send(v2(Op::kAdd).str("/n").i64(1)), framed(i64(1)));
+  Peer nobody(state), second(state), third(state);
+  proxy.session.detach(nobody);
+  ASSERT_TRUE(proxy.session.attach(second, 9));  // its answer stays unsent
+  proxy.session.detach(nobody);
+  ASSERT_TRUE(proxy.session.attach(third, 9));
+  const std::string answer = proxy.take();
+  ASSERT_EQ(answer.size(), 17u);
+  EXPECT_EQ(static_cast<uint8_t>(answer[0]), kExtensionAck);
+  // And the stream goes on from there.
+  EXPECT_EQ(proxy.send(v2(Op::kAdd).str("/n").i64(1)), framed(i64(2)));
+}
+
 }  // namespace
 }  // namespace ddprun::store
