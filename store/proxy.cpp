@@ -272,7 +272,10 @@ void StoreProxy::on_upstream_lost(std::function<void(const std::string&)> callba
   impl_->lost_callback = std::move(callback);
 }
 
-ProxyThread::ProxyThread(ProxyOptions options) : io_(std::make_unique<asio::io_context>()) {
+// The thread runs until the destructor stops it, even once the proxy is closed (the store lost)
+// and has nothing left to do: stats() posts to it.
+ProxyThread::ProxyThread(ProxyOptions options)
+    : io_(std::make_unique<asio::io_context>()), keep_(io_->get_executor()) {
   proxy_ = std::make_unique<StoreProxy>(*io_, std::move(options));
   port_ = proxy_->port();
   thread_ = std::thread([this] { io_->run(); });

@@ -32,6 +32,7 @@
 // io_context's thread. ProxyThread bundles one with its own thread.
 #pragma once
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
@@ -106,6 +107,7 @@ class ProxyThread {
 
  private:
   std::unique_ptr<boost::asio::io_context> io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_;
   std::unique_ptr<StoreProxy> proxy_;
   std::thread thread_;
   uint16_t port_ = 0;

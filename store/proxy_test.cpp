@@ -420,6 +420,24 @@ TEST(StoreProxyTest, AStoreSilentAfterTheHelloEndsTheLinkInTheConnectTimeout) {
   ::close(listener);
 }
 
+// A ProxyThread whose proxy lost its store still answers stats(): its thread runs until the
+// ProxyThread goes (it used to end with the proxy's last work, and stats() waited for ever).
+TEST(StoreProxyTest, AProxyThatLostItsStoreStillGivesItsStats) {
+  auto server = std::make_unique<ServerThread>(RelayedJob::loopback());
+  ProxyOptions po;
+  po.upstream_host = "127.0.0.1";
+  po.upstream_port = server->port();
+  po.upstream.connect_timeout = 200ms;
+  ProxyThread proxy(po);
+  for (int i = 0; i < 500 && !proxy.stats().upstream_connected; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(proxy.stats().upstream_connected);
+  server.reset();
+  std::this_thread::sleep_for(1s);  // the resume's 200 ms are over: the proxy is closed
+  EXPECT_FALSE(proxy.stats().upstream_connected);
+}
+
 // A proxy closed while it tries to resume (its store is gone) leaves nothing running on the
 // io_context it shares (an agent's): the attempt ends with it.
 TEST(StoreProxyTest, ClosingEndsAResumeInProgress) {
