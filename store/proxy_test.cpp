@@ -54,6 +54,18 @@ int loopback_listener(uint16_t* port) {
   return fd;
 }
 
+// Runs a proxy on a loop of its own until its link to the store is lost (at most 10 s): the
+// reason, and how long that took.
+std::pair<std::string, std::chrono::steady_clock::duration> until_lost(const ProxyOptions& po) {
+  boost::asio::io_context io;
+  StoreProxy proxy(io, po);
+  std::string why;
+  proxy.on_upstream_lost([&why](const std::string& w) { why = w; });
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000 && why.empty(); ++i) io.run_for(10ms);
+  return {why, std::chrono::steady_clock::now() - started};
+}
+
 TEST(StoreProxyTest, EveryOpGivesWhatTheStoreGives) {
   Job job;
   auto c = job.via_proxy();
@@ -338,18 +350,13 @@ TEST(StoreProxyTest, ARefusedTokenEndsTheLinkAtOnce) {
   so.host = "127.0.0.1";
   so.token = "the-right-token";
   ServerThread server(so);
-  boost::asio::io_context io;
   ProxyOptions po;
   po.upstream_host = "127.0.0.1";
   po.upstream_port = server.port();
   po.upstream.token = "a-wrong-token";
   po.upstream.connect_timeout = 60s;
-  StoreProxy proxy(io, po);
-  std::string why;
-  proxy.on_upstream_lost([&why](const std::string& w) { why = w; });
-  const auto started = std::chrono::steady_clock::now();
-  for (int i = 0; i < 1000 && why.empty(); ++i) io.run_for(10ms);
-  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
+  const auto [why, took] = until_lost(po);
+  EXPECT_LT(took, 10s);
   EXPECT_NE(why.find("token"), std::string::npos) << why;
 }
 
@@ -403,17 +410,12 @@ TEST(StoreProxyTest, AStoreSilentAfterTheHelloEndsTheLinkInTheConnectTimeout) {
     }
     for (int fd : held) ::close(fd);
   });
-  boost::asio::io_context io;
   ProxyOptions po;
   po.upstream_host = "127.0.0.1";
   po.upstream_port = port;
   po.upstream.connect_timeout = 1s;
-  StoreProxy proxy(io, po);
-  std::string why;
-  proxy.on_upstream_lost([&why](const std::string& w) { why = w; });
-  const auto started = std::chrono::steady_clock::now();
-  for (int i = 0; i < 1000 && why.empty(); ++i) io.run_for(10ms);
-  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  const auto [why, took] = until_lost(po);
+  EXPECT_LT(took, 5s);
   EXPECT_NE(why.find("did not answer MUX"), std::string::npos) << why;
   stop = true;
   silent.join();
