@@ -245,6 +245,26 @@ TEST(StoreProxyTest, CutLinksResumeWithNothingLostOrDoubled) {
   EXPECT_EQ(late->add("/counter", 1), kClients * kAdds + 1);
 }
 
+// A link cut while the proxy's write to the store is stuck (the store not reading) fails the
+// write before the read: the resumed link parses only what the store sends, nothing left of
+// the broken read (its unfilled buffer once stayed, and its zeros parsed as replies).
+TEST(StoreProxyTest, ACutDuringAStuckWriteResumesCleanly) {
+  RelayedJob job;
+  auto c = Client::connect("127.0.0.1", job.proxy.port());
+  EXPECT_EQ(c->add("/n", 1), 1);
+  job.relay.hold(true);
+  const std::string big(4 << 20, 'x');
+  for (int i = 0; i < 3; ++i) c->set("/big" + std::to_string(i), big);
+  std::this_thread::sleep_for(300ms);  // the proxy's write waits on the held relay
+  job.relay.cut();
+  job.relay.hold(false);
+  EXPECT_EQ(c->add("/n", 1), 2);
+  EXPECT_EQ(c->get("/big2"), big);
+  const ProxyStats stats = job.proxy.stats();
+  EXPECT_TRUE(stats.upstream_connected);
+  EXPECT_GE(stats.resumes, 1u);
+}
+
 // Every history clients can observe through the proxy is one the store alone could have
 // produced (store/testing/linearizability.hpp): random SET/GET/ADD/COMPARE_SET/DELETE/CHECK/
 // WAIT (some timing out)/MULTI_GET/MULTI_SET/APPEND/queue operations by 4 clients on 3 keys,

@@ -216,15 +216,16 @@ void Upstream::flush() {
       });
 }
 
+// Reads into a buffer of its own, not into in_'s tail: a read of a connection that broke (its
+// write failed first) ends without data, and nothing of it may stay in in_ for the next
+// connection's bytes to follow (zeros there parse as replies).
 void Upstream::read() {
-  constexpr size_t kChunk = 64 << 10;
-  const size_t have = in_.size();
-  in_.resize(have + kChunk);
+  if (!chunk_) chunk_ = std::make_unique<char[]>(kReadChunk);
   socket_.async_read_some(
-      asio::buffer(in_.data() + have, kChunk),
-      [self = shared_from_this(), have, gen = generation_](boost::system::error_code ec, size_t n) {
+      asio::buffer(chunk_.get(), kReadChunk),
+      [self = shared_from_this(), gen = generation_](boost::system::error_code ec, size_t n) {
         if (gen != self->generation_) return;
-        self->in_.resize(have + n);
+        self->in_.append(self->chunk_.get(), n);
         self->in_total_ += n;
         if (ec) {
           return self->broken(ec == asio::error::eof ? "the store closed the connection"

@@ -87,9 +87,11 @@ class Upstream : public std::enable_shared_from_this<Upstream> {
   // Written, not yet confirmed by the store: request stream bytes from sent_base_ on.
   std::string sent_;
   uint64_t sent_base_ = 0;
-  std::string in_;          // received, not yet parsed
-  uint64_t in_total_ = 0;   // stream bytes received from the store
-  uint64_t synced_in_ = 0;  // in_total_ as the last MUX_SYNC told it
+  static constexpr size_t kReadChunk = 64 << 10;
+  std::unique_ptr<char[]> chunk_;  // what one read fills, appended to in_
+  std::string in_;                 // received, not yet parsed
+  uint64_t in_total_ = 0;          // stream bytes received from the store
+  uint64_t synced_in_ = 0;         // in_total_ as the last MUX_SYNC told it
   std::deque<Expected> expected_;
   uint64_t session_ = 0;     // the store's id of this proxy's session (0: none yet)
   uint64_t generation_ = 0;  // bumped when a connection breaks: its handlers are stale
