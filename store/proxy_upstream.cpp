@@ -72,7 +72,11 @@ size_t reply_length(Shape shape, size_t count, std::string_view in) {
 }
 
 Upstream::Upstream(asio::any_io_executor executor, const ProxyOptions& options, Handlers handlers)
-    : executor_(executor), options_(options), handlers_(std::move(handlers)), socket_(executor) {}
+    : executor_(executor),
+      options_(options),
+      handlers_(std::move(handlers)),
+      socket_(executor),
+      chunk_(std::make_unique<char[]>(kReadChunk)) {}
 
 namespace {
 
@@ -113,15 +117,12 @@ asio::awaitable<void> Upstream::connect(std::chrono::milliseconds budget) {
   socket_ = client->release_socket();
   // The session's handshake gets what is left of the budget: a store that answers the hello
   // but never the MUX ends this attempt (its socket closed) instead of holding the proxy.
-  auto expired = std::make_shared<bool>(false);
   asio::steady_timer limit(executor_, deadline);
-  limit.async_wait(
-      [self = shared_from_this(), gen = generation_, expired](boost::system::error_code ec) {
-        if (ec || gen != self->generation_ || self->connected_) return;
-        *expired = true;
-        boost::system::error_code ignored;
-        self->socket_.close(ignored);
-      });
+  limit.async_wait([self = shared_from_this(), gen = generation_](boost::system::error_code ec) {
+    if (ec || gen != self->generation_ || self->connected_) return;
+    boost::system::error_code ignored;
+    self->socket_.close(ignored);
+  });
   std::string mux;
   wire::put_u8(mux, kMuxOpcode);
   wire::put_i64(mux, static_cast<int64_t>(session_));
@@ -135,9 +136,8 @@ asio::awaitable<void> Upstream::connect(std::chrono::milliseconds budget) {
     }
     co_await asio::async_read(socket_, asio::buffer(ack + 1, 16), asio::use_awaitable);
   } catch (const boost::system::system_error&) {
-    if (*expired)
-      throw std::runtime_error("the store did not answer MUX within the connect timeout");
-    throw;
+    if (std::chrono::steady_clock::now() < deadline) throw;  // not the timer's doing
+    throw std::runtime_error("the store did not answer MUX within the connect timeout");
   }
   if (closed_) co_return;
   const auto id = wire::load_le(ack + 1, 8);
@@ -220,7 +220,6 @@ void Upstream::flush() {
 // write failed first) ends without data, and nothing of it may stay in in_ for the next
 // connection's bytes to follow (zeros there parse as replies).
 void Upstream::read() {
-  if (!chunk_) chunk_ = std::make_unique<char[]>(kReadChunk);
   socket_.async_read_some(
       asio::buffer(chunk_.get(), kReadChunk),
       [self = shared_from_this(), gen = generation_](boost::system::error_code ec, size_t n) {
